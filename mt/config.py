@@ -1,0 +1,185 @@
+"""Typed configuration: one dataclass per Hydra group (``conf/<group>/*.yaml``).
+
+The dataclasses are registered in Hydra's ConfigStore as schemas, so an unknown key or a value of
+the wrong type fails when the config is composed, not deep inside training. Everything below the
+entry points takes these dataclasses (or plain scalars), never a ``DictConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+
+
+@dataclass
+class DemoConfig:
+    """The embedded offline corpus: English number words -> German number words (num2words)."""
+
+    train_size: int = 20000
+    valid_size: int = 500
+    test_size: int = 1000
+    min_number: int = 0
+    max_number: int = 999_999
+    seed: int = 1
+
+
+@dataclass
+class HubConfig:
+    """A Hugging Face hub dataset (needs a network); rows hold ``translation: {src_lang: .., tgt_lang: ..}``."""
+
+    name: str | None = None  # e.g. "wmt14" or a local dataset directory
+    config: str | None = None  # e.g. "de-en"
+    train_split: str = "train"
+    valid_split: str = "validation"
+    test_split: str = "test"
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel text comes from, how it is tokenized, filtered and batched."""
+
+    source: str = "demo"  # demo | files | hub
+    dir: str | None = None  # for source=files: directory holding PREFIX.SRC / PREFIX.TGT (or .gz)
+    format: str = "parallel"  # for source=files: parallel | tsv | jsonl
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    train_prefix: str = "train"
+    valid_prefix: str = "val"
+    test_prefix: str = "test"
+    demo: DemoConfig = field(default_factory=DemoConfig)
+    hub: HubConfig = field(default_factory=HubConfig)
+    # tokenizer
+    vocab_size: int = 8000  # rounded up to a multiple of 8 in the model
+    joint_vocab: bool = True
+    character_coverage: float = 1.0
+    tokenizer_sample_size: int = 2_000_000  # sentences fed to SentencePiece training at most
+    # filtering (training split only)
+    max_len: int = 256
+    max_len_ratio: float = 3.0
+    # batching
+    max_tokens: int = 4096
+    pad_to_multiple: int = 8
+    shuffle_chunk: int = 100  # batches' worth of examples sorted together inside a shuffled chunk
+    cache_dir: str = "data/cache"
+    num_workers: int = 2  # processes for binarization
+
+
+@dataclass
+class ModelConfig:
+    """Transformer encoder-decoder hyper-parameters (Vaswani et al. 2017, Table 3)."""
+
+    name: str = "transformer_small"
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    d_model: int = 256
+    d_ff: int = 1024
+    heads: int = 4
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"  # relu | gelu
+    pre_ln: bool = False  # False = Post-LN, as in the paper
+    learned_positions: bool = False
+    max_positions: int = 1024
+    share_all_embeddings: bool = True  # needs a joint vocabulary; else decoder in/out tying only
+
+
+@dataclass
+class OptimConfig:
+    """Adam with warmup; ``schedule`` picks the paper's formula or inverse-sqrt with a peak lr."""
+
+    schedule: str = "noam"  # noam | inverse_sqrt
+    lr_scale: float = 1.0  # noam: lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    lr: float = 5e-4  # inverse_sqrt: peak lr reached at the end of warmup
+    warmup_updates: int = 4000
+    warmup_init_lr: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0  # 0 = no clipping
+    label_smoothing: float = 0.1
+
+
+@dataclass
+class TrainConfig:
+    """The training loop: length, accumulation, precision, checkpoints, validation, logging."""
+
+    run_dir: str = MISSING  # set by conf/config.yaml from the experiment name
+    seed: int = 1
+    max_updates: int = 100_000
+    max_epochs: int = 0  # 0 = no limit
+    max_time_minutes: float = 0.0  # 0 = no limit; stops cleanly with a checkpoint
+    update_freq: int = 1  # gradient accumulation
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 on CUDA only)
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int = 0  # 0 = torch default
+    log_every: int = 20
+    validate_every: int = 1000
+    bleu_every: int = 1000  # run decoding on valid every N updates (0 = only at the end)
+    valid_bleu_max_sentences: int = 0  # 0 = the whole valid set
+    best_metric: str = "bleu"  # bleu | loss
+    patience: int = 0  # validations without improvement before stopping (0 = off)
+    keep_last: int = 3
+    save_every: int = 1000
+    average_last: int = 0  # average the last N checkpoints at the end (0 = off)
+    max_nonfinite_in_a_row: int = 10
+    samples: int = 5  # sample translations printed at the end
+    tensorboard: bool = True
+
+
+@dataclass
+class DecodeConfig:
+    """Search settings for translate, eval and validation BLEU."""
+
+    strategy: str = "beam"  # beam | greedy | sample
+    beam_size: int = 4
+    nbest: int = 1
+    length_penalty: str = "gnmt"  # gnmt: ((5+|Y|)/6)^alpha | length: |Y|^alpha | none
+    alpha: float = 0.6
+    max_len_a: float = 1.0  # max output length = a * |src| + b
+    max_len_b: int = 50
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 1
+    max_tokens: int = 8000  # batching budget (source tokens x beam) for decoding
+    max_sentences: int = 64
+    on_too_long: str = "truncate"  # truncate | reject
+
+
+@dataclass
+class Config:
+    """The root config composed by Hydra from ``conf/config.yaml``."""
+
+    name: str = "demo"  # experiment name; runs go to runs/<name>
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+_GROUPS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+
+def register_configs() -> None:
+    """Register the schemas so Hydra validates every group file against its dataclass."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, schema in _GROUPS.items():
+        cs.store(group=group, name=f"base_{group}", node=schema)
+
+
+def to_config(cfg: Any) -> Config:
+    """Turn a composed DictConfig (or a plain dict from a checkpoint) into a typed ``Config``."""
+    merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """A plain, picklable-as-data dict of the config (stored in checkpoints)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]

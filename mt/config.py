@@ -8,6 +8,7 @@ entry points takes these dataclasses (or plain scalars), never a ``DictConfig``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, OmegaConf
@@ -117,7 +118,8 @@ class TrainConfig:
     threads: int = 0  # 0 = torch default
     log_every: int = 20
     validate_every: int = 1000
-    bleu_every: int = 1000  # run decoding on valid every N updates (0 = only at the end)
+    valid_bleu: bool = True  # decode the valid set at each validation (sacreBLEU)
+    valid_beam_size: int = 1  # 1 = greedy (fast); the decode group's settings otherwise
     valid_bleu_max_sentences: int = 0  # 0 = the whole valid set
     best_metric: str = "bleu"  # bleu | loss
     patience: int = 0  # validations without improvement before stopping (0 = off)
@@ -126,6 +128,8 @@ class TrainConfig:
     average_last: int = 0  # average the last N checkpoints at the end (0 = off)
     max_nonfinite_in_a_row: int = 10
     samples: int = 5  # sample translations printed at the end
+    test_at_end: bool = True  # translate the test split with the best checkpoint and print sacreBLEU
+    progress: bool = True  # tqdm progress bar
     tensorboard: bool = True
 
 
@@ -183,3 +187,16 @@ def to_config(cfg: Any) -> Config:
 def to_dict(cfg: Config) -> dict[str, Any]:
     """A plain, picklable-as-data dict of the config (stored in checkpoints)."""
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def compose(overrides: list[str] | None = None) -> Config:
+    """Compose ``conf/config.yaml`` with Hydra overrides outside a Hydra app (scripts, tests)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return to_config(hydra_compose(config_name="config", overrides=list(overrides or [])))

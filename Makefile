@@ -1,0 +1,73 @@
+# mt — every user-facing command. The first target that needs Python creates .venv and installs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# CPU wheel by default (a loose "torch" pulls a multi-GB CUDA build). GPU users:
+#   make install TORCH="torch==2.13.0" TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
+TORCH ?= torch==2.13.0
+TORCH_INDEX_URL ?=
+EXP ?= demo
+ARGS ?=
+NPROC ?= 1
+CKPT ?=
+INPUT ?=
+OUTPUT ?=
+MODEL ?= transformer_base
+VOCAB ?= 37000
+RUN ?= runs/$(EXP)
+STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
+
+.PHONY: install test train translate eval summary bench plots average lint clean help
+
+help:
+	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
+	@echo "make translate [EXP=..|CKPT=..] [INPUT=file] [OUTPUT=file]   (stdin -> stdout otherwise)"
+	@echo "make eval [EXP=..|CKPT=..] [ARGS='--align 3']                 (report under reports/)"
+	@echo "make test | make bench | make summary MODEL=transformer_base VOCAB=37000 | make plots RUN=runs/demo"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "Installing $(TORCH) and mt into $(VENV) ..." >&2
+	@$(BIN)/python -m pip install -q --disable-pip-version-check "$(TORCH)" \
+		$(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) >&2
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[test]" >&2
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+install: $(STAMP)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q --durations=10
+
+train: $(STAMP)
+ifeq ($(NPROC),1)
+	$(BIN)/python -m mt.train experiment=$(EXP) $(ARGS)
+else
+	$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC) -m mt.train experiment=$(EXP) $(ARGS)
+endif
+
+translate: $(STAMP)
+	@$(BIN)/python -m mt.translate --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) \
+		$(if $(INPUT),--input $(INPUT)) $(if $(OUTPUT),--output $(OUTPUT)) $(ARGS)
+
+eval: $(STAMP)
+	$(BIN)/python -m mt.evaluate --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) --split test $(ARGS)
+
+summary: $(STAMP)
+	@$(BIN)/python -m mt.model.summary --model $(MODEL) --vocab $(VOCAB)
+
+plots: $(STAMP)
+	$(BIN)/python -m mt.eval.plots $(RUN)
+
+average: $(STAMP)
+	$(BIN)/python scripts/average_checkpoints.py $(RUN)/checkpoints --last $(or $(N),5)
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench.py $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf runs reports data/cache .pytest_cache

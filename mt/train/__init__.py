@@ -1,0 +1,1 @@
+"""Training: loss, learning-rate schedule, optimizer, checkpoints and the loop."""

@@ -1,0 +1,3 @@
+from mt.cli.train import main
+
+main()

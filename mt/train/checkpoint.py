@@ -1,0 +1,159 @@
+"""Checkpoints that survive crashes and cannot run code when loaded.
+
+Writing is atomic: the state goes to a temporary file in the same directory, is flushed and
+fsync'ed, then renamed over the target, so an interrupted write (a kill, a full disk) never replaces
+a good checkpoint. Loading uses ``torch.load(weights_only=True)``: tensors and plain Python data
+only, so a checkpoint from someone else cannot execute code. Configs are stored as plain dicts and
+tokenizers as the SentencePiece model bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or read; the message names the file."""
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
+    """Atomically write ``state`` to ``path`` (temp file, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        why = "the disk is full" if e.errno == errno.ENOSPC else str(e)
+        raise CheckpointError(f"could not write checkpoint {path}: {why}; the previous one is intact") from e
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def link_checkpoint(source: Path, target: Path) -> None:
+    """Make ``target`` (e.g. best.pt, last.pt) point at ``source`` atomically, without copying."""
+    tmp = target.with_name(f".{target.name}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:  # file systems without hard links
+        import shutil
+
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint safely (weights only); a missing, truncated or foreign file raises CheckpointError."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many types for corrupt files
+        raise CheckpointError(
+            f"checkpoint {path} is corrupted or truncated ({type(e).__name__}: {str(e)[:200]})"
+        ) from e
+    if not isinstance(state, dict) or "model" not in state or "config" not in state:
+        raise CheckpointError(f"{path} is not an mt checkpoint (no 'model' and 'config' entries)")
+    return state
+
+
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """``checkpoint_<step>.pt`` files in ``directory``, oldest first."""
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := CHECKPOINT_RE.match(p.name))]
+    return sorted(found)
+
+
+def prune_checkpoints(directory: Path, keep_last: int) -> None:
+    """Delete all but the newest ``keep_last`` numbered checkpoints (best.pt/last.pt are links)."""
+    if keep_last <= 0:
+        return
+    for _, path in list_checkpoints(directory)[:-keep_last]:
+        path.unlink(missing_ok=True)
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+    """The state of the last checkpoint with its model weights replaced by the mean over ``paths``."""
+    if not paths:
+        raise CheckpointError("no checkpoints to average")
+    states = [load_checkpoint(p) for p in paths]
+    avg: dict[str, torch.Tensor] = {}
+    for key, value in states[-1]["model"].items():
+        if value.is_floating_point():
+            avg[key] = sum(s["model"][key].double() for s in states).div(len(states)).to(value.dtype)
+        else:
+            avg[key] = value
+    result = dict(states[-1])
+    result["model"] = avg
+    result["averaged_from"] = [str(p) for p in paths]
+    for key in ("optimizer", "scaler"):
+        result.pop(key, None)
+    return result
+
+
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
+    """Model (eval mode), tokenizers and typed config from a checkpoint, safely."""
+    from mt.config import to_config
+    from mt.model import build_model
+
+    state = load_checkpoint(path, map_location="cpu")
+    cfg = to_config(state["config"])
+    tokenizers = tokenizers_from_state(state)
+    model = build_model(
+        cfg.model, tokenizers.src.padded_vocab_size, tokenizers.tgt.padded_vocab_size
+    )
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"{path}: weights do not match the stored model config: {e}") from e
+    model.to(device).eval()
+    return model, tokenizers, cfg
+
+
+def tokenizers_state(tokenizers) -> dict[str, Any]:
+    """Tokenizer models as bytes, so a checkpoint is self-contained."""
+    return {
+        "joint": tokenizers.joint,
+        "src": tokenizers.src.model_proto,
+        "tgt": None if tokenizers.joint else tokenizers.tgt.model_proto,
+    }
+
+
+def tokenizers_from_state(state: dict[str, Any]):
+    from mt.data import Tokenizer, Tokenizers
+
+    tok = state.get("tokenizers")
+    if tok is None:
+        raise CheckpointError("checkpoint holds no tokenizer")
+    src = Tokenizer.from_proto(tok["src"])
+    tgt = src if tok["joint"] else Tokenizer.from_proto(tok["tgt"])
+    return Tokenizers(src=src, tgt=tgt, joint=tok["joint"])

@@ -1,0 +1,69 @@
+"""Training throughput of a model config on Multi30k en->de (the issue's fixed setting).
+
+    python scripts/bench_train.py [--data-dir ../shared/data/multi30k] [--model transformer_small]
+                                  [--updates 30] [--warmup 5] [--threads 2]
+
+Joint 8k BPE, max_tokens=4096, dropout 0.3, fp32. Times whole updates (collate + forward + backward
++ Adam), after ``--warmup`` untimed updates; prints target tokens/s, updates/s and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from mt.config import compose
+from mt.data import collate
+from mt.train.optim import set_lr
+from mt.train.step import train_step
+from mt.train.trainer import Trainer
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
+    p.add_argument("--model", default="transformer_small")
+    p.add_argument("--updates", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--precision", default="fp32")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = compose([
+            "experiment=multi30k_en_de", f"model={args.model}", "model.dropout=0.3",
+            f"data.dir={args.data_dir}", "data.vocab_size=8000", f"data.max_tokens={args.max_tokens}",
+            f"train.run_dir={tmp}/run", f"train.threads={args.threads}", f"train.precision={args.precision}",
+            "train.tensorboard=false", "train.progress=false",
+        ])
+        trainer = Trainer(cfg)
+        train = trainer.data.splits["train"]
+        set_lr(trainer.optimizer, 1e-4)
+        batches = trainer.sampler.batches(0)
+        times, tokens = [], []
+        for i, indices in enumerate(batches[: args.warmup + args.updates]):
+            t0 = time.perf_counter()
+            batch = collate(train, indices, cfg.data.pad_to_multiple)
+            result = train_step(trainer.step_ctx, [batch])
+            if i >= args.warmup:
+                times.append(time.perf_counter() - t0)
+                tokens.append(result.ntokens)
+        params = sum(p.numel() for p in trainer.model.parameters())
+    total = sum(times)
+    per_update = sorted(t for t in times)
+    print(f"model {args.model} ({params / 1e6:.1f}M params), {args.threads} threads, max_tokens {args.max_tokens}, "
+          f"{args.precision}, {len(times)} timed updates")
+    print(f"  target tokens/s : {sum(tokens) / total:,.0f}")
+    print(f"  updates/s       : {len(times) / total:.3f} (median update {statistics.median(per_update):.2f}s)")
+    print(f"  peak RSS        : {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

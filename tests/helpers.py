@@ -1,0 +1,42 @@
+"""Shared builders for the training tests: a composed config with tiny, fast overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mt.config import CONF_DIR, Config, compose
+
+__all__ = ["CONF_DIR", "TINY", "compose_config", "tiny_config"]
+
+TINY = [
+    "model=transformer_tiny",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "model.heads=4",
+    "model.encoder_layers=1",
+    "model.decoder_layers=1",
+    "data.demo.train_size=400",
+    "data.demo.valid_size=40",
+    "data.demo.test_size=40",
+    "data.demo.max_number=9999",
+    "data.vocab_size=120",
+    "data.max_tokens=512",
+    "data.num_workers=1",
+    "optim.warmup_updates=10",
+    "train.log_every=1",
+    "train.progress=false",
+    "train.tensorboard=false",
+    "train.test_at_end=false",
+    "train.valid_bleu=false",
+]
+
+
+def compose_config(overrides: list[str]) -> Config:
+    return compose(overrides)
+
+
+def tiny_config(tmp: Path, *extra: str) -> Config:
+    """A demo run small enough to train for a few updates in seconds."""
+    return compose_config(
+        TINY + [f"train.run_dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}", *extra]
+    )

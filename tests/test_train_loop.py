@@ -1,0 +1,137 @@
+"""The training loop end to end on a tiny demo: exact resume, faults survived, logs and plots."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import TINY, tiny_config
+
+from mt.train import checkpoint as ckpt
+from mt.train.loop import train
+from mt.train.trainer import Trainer, TrainingAborted
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    """The last logged training loss of each update (a resumed run re-logs the replayed ones)."""
+    losses = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["split"] == "train":
+            losses[row["step"]] = row["loss"]
+    return losses
+
+
+def command(tmp: Path, name: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mt.train", *TINY, f"train.run_dir={tmp / name}",
+            f"data.cache_dir={tmp / 'cache'}", "train.threads=1", *extra]
+
+
+def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (run_dir / "metrics.jsonl").exists() and max(train_losses(run_dir), default=0) >= step:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited early: {proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.05)
+    raise AssertionError(f"no update {step} within {timeout}s")
+
+
+@pytest.fixture(scope="module")
+def env():
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def test_sigkill_then_same_command_resumes_with_exactly_the_same_losses(tmp_path, env):
+    args = ("train.max_updates=14", "train.save_every=4", "train.validate_every=1000")
+    full = subprocess.run(command(tmp_path, "full", *args), env=env, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 0, full.stderr[-3000:]
+    expected = train_losses(tmp_path / "full")
+    assert sorted(expected) == list(range(1, 15))
+
+    cmd = command(tmp_path, "killed", *args)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_step(tmp_path / "killed", 9, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resumed from" in resumed.stdout
+    got = train_losses(tmp_path / "killed")
+    assert got == expected  # every update, replayed ones included, bit for bit
+
+
+def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, env):
+    cmd = command(tmp_path, "run", "train.max_updates=400", "train.save_every=1000", "train.validate_every=1000")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_step(tmp_path / "run", 3, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Stopped by signal (SIGTERM)" in out and "Run the same command again to resume" in out
+    saved = ckpt.load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    stopped_at = saved["train_state"]["step"]
+    assert 3 <= stopped_at < 400
+    again = subprocess.run(
+        cmd[:-3] + ["train.max_updates=" + str(stopped_at + 2), "train.save_every=1000", "train.validate_every=1000"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"Resumed from {tmp_path / 'run' / 'checkpoints' / 'last.pt'} at update {stopped_at}" in again.stdout
+    assert max(train_losses(tmp_path / "run")) == stopped_at + 2
+
+
+def _poison(trainer: Trainer, from_call: int, to_call: int | None = None):
+    """A forward hook that turns the logits of chosen training calls into NaN."""
+    calls = {"n": 0}
+
+    def hook(module, inputs, output):
+        if not module.training:
+            return output
+        calls["n"] += 1
+        if calls["n"] >= from_call and (to_call is None or calls["n"] <= to_call):
+            return output * float("nan")
+        return output
+
+    trainer.model.register_forward_hook(hook)
+
+
+def test_one_nan_batch_is_skipped_and_training_goes_on(tmp_path):
+    trainer = Trainer(tiny_config(tmp_path, "train.max_updates=6", "train.validate_every=1000"))
+    _poison(trainer, from_call=3, to_call=3)
+    assert trainer.run() == "max_updates"
+    assert trainer.state.step == 6 and trainer.state.skipped_nonfinite == 1
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_k_nan_batches_in_a_row_abort_and_leave_the_checkpoint_intact(tmp_path):
+    cfg = tiny_config(tmp_path, "train.max_updates=50", "train.save_every=4", "train.validate_every=1000",
+                      "train.max_nonfinite_in_a_row=3")
+    trainer = Trainer(cfg)
+    _poison(trainer, from_call=6)
+    with pytest.raises(TrainingAborted, match="3 non-finite updates in a row .*last good checkpoint is intact"):
+        trainer.run()
+    state = ckpt.load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert state["train_state"]["step"] == 4
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_demo_run_leaves_tensorboard_events_plots_and_a_test_score(tmp_path):
+    cfg = tiny_config(tmp_path, "train.max_updates=8", "train.validate_every=4", "train.tensorboard=true",
+                      "train.valid_bleu=true", "train.test_at_end=true", "decode.beam_size=2")
+    summary = train(cfg)
+    run = tmp_path / "run"
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert summary.plots and all(p.exists() and p.suffix == ".png" for p in summary.plots)
+    assert (run / "checkpoints" / "best.pt").exists() and (run / "checkpoints" / "last.pt").exists()
+    result = json.loads((run / "test_results.json").read_text())
+    assert 0.0 <= result["bleu"] <= 100.0 and "nrefs:1" in result["bleu_signature"]
+    assert [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "valid"]

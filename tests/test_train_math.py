@@ -1,0 +1,69 @@
+"""Loss and schedule: the formulas the paper and fairseq use, checked by hand."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mt.config import OptimConfig
+from mt.train.loss import label_smoothed_nll_loss
+from mt.train.schedule import inverse_sqrt_lr, learning_rate, noam_lr
+
+
+def test_no_smoothing_is_cross_entropy_sum_over_non_pad():
+    logits = torch.randn(2, 5, 11)
+    target = torch.randint(1, 11, (2, 5))
+    target[1, 3:] = 0  # padding
+    loss, nll = label_smoothed_nll_loss(logits, target, 0.0, ignore_index=0)
+    ref = F.cross_entropy(logits.view(-1, 11), target.view(-1), ignore_index=0, reduction="sum")
+    assert torch.allclose(loss, ref, atol=1e-5) and torch.allclose(nll, ref, atol=1e-5)
+
+
+def test_smoothing_matches_eps_over_v_minus_1_distribution():
+    torch.manual_seed(1)
+    V, eps = 7, 0.1
+    logits = torch.randn(1, 3, V)
+    target = torch.tensor([[2, 5, 0]])  # last position is pad
+    loss, nll = label_smoothed_nll_loss(logits, target, eps, ignore_index=0)
+    lp = F.log_softmax(logits, -1)[0]
+    expected = 0.0
+    for t, y in enumerate([2, 5]):
+        q = torch.full((V,), eps / (V - 1))
+        q[y] = 1 - eps
+        expected += float(-(q * lp[t]).sum())
+    assert loss.item() == pytest.approx(expected, abs=1e-5)
+    assert nll.item() == pytest.approx(float(-lp[0, 2] - lp[1, 5]), abs=1e-5)
+
+
+def test_pad_positions_get_no_gradient():
+    logits = torch.randn(1, 4, 9, requires_grad=True)
+    target = torch.tensor([[3, 4, 0, 0]])
+    loss, _ = label_smoothed_nll_loss(logits, target, 0.1, ignore_index=0)
+    loss.backward()
+    assert logits.grad[0, 2:].abs().sum() == 0 and logits.grad[0, :2].abs().sum() > 0
+
+
+def test_noam_peaks_at_warmup_and_decays_as_inverse_sqrt():
+    d, w = 512, 4000
+    peak = noam_lr(w, d, w)
+    assert peak == pytest.approx(d**-0.5 * w**-0.5)
+    assert noam_lr(w // 2, d, w) == pytest.approx(peak / 2)
+    assert noam_lr(4 * w, d, w) == pytest.approx(peak / 2)
+    assert max(noam_lr(s, d, w) for s in range(1, 3 * w)) == pytest.approx(peak)
+
+
+def test_inverse_sqrt_equals_noam_with_matching_peak():
+    d, w = 256, 100
+    peak = (d * w) ** -0.5
+    for step in (1, 7, 50, 100, 101, 1000, 12345):
+        assert inverse_sqrt_lr(step, peak, w) == pytest.approx(noam_lr(step, d, w), rel=1e-9)
+
+
+def test_learning_rate_rejects_unknown_schedule():
+    with pytest.raises(ValueError, match="noam"):
+        learning_rate(1, OptimConfig(schedule="cosine"), 512)
+    assert learning_rate(1, OptimConfig(schedule="noam", warmup_updates=4), 16) == pytest.approx(
+        16**-0.5 * 1 * 4**-1.5
+    )
+    assert math.isfinite(learning_rate(10**7, OptimConfig(schedule="inverse_sqrt"), 16))

@@ -1,0 +1,158 @@
+"""Scaled dot-product attention and multi-head attention (Vaswani et al. 2017, sections 3.2.1-3.2.2).
+
+Masks here follow the ``scaled_dot_product_attention`` convention: a bool ``mask`` is True where a query
+MAY attend to a key, broadcastable to (B, H, T, S). (Padding masks elsewhere are True = padding; the
+callers invert them once, ``~pad_mask[:, None, None, :]``.) ``is_causal`` is aligned bottom-right: query
+``i`` of T sits at absolute position ``S - T + i`` and sees keys ``0 .. S - T + i``, which is what a
+decoder with a K/V cache needs (for T == S it is the usual lower-triangular mask).
+
+A fully masked row (a query that may attend to no key) cannot occur in this model: every source holds
+EOS and every decoder query sees BOS. Should one occur anyway, both paths give it zero weights and a zero
+output instead of NaN: the reference path fills masked scores with the dtype's finite minimum (so its
+softmax, and the gradient through it, stay finite) and then zeroes masked weights, which also makes
+masked weights exactly 0 in ordinary rows; PyTorch's SDPA returns zeros for such rows as well.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mt.model.cache import LayerCache
+
+
+def causal_mask(queries: int, keys: int, device: torch.device | None = None) -> Tensor:
+    """Bool (T, S) mask, True = may attend, aligned bottom-right (query i is at position S - T + i)."""
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(diagonal=keys - queries)
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    need_weights: bool = False,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(Q K^T / sqrt(Dh) + mask) V  (section 3.2.1).
+
+    q: (B, H, T, Dh); k, v: (B, H, S, Dh); mask: bool, True = may attend, broadcastable to (B, H, T, S).
+    Returns the output (B, H, T, Dh) and, with ``need_weights``, the weights (B, H, T, S) computed on
+    the reference path; without it the fused ``scaled_dot_product_attention`` kernel is used.
+    """
+    queries, keys = q.size(-2), k.size(-2)
+    if is_causal and queries == 1:
+        is_causal = False  # a single new query comes last and may see every cached key
+    if is_causal and (need_weights or mask is not None or queries != keys):
+        causal = causal_mask(queries, keys, q.device)  # (T, S)
+        mask = causal if mask is None else mask & causal
+        is_causal = False
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+        )
+        return out, None
+
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)  # exact zeros; a fully masked row gets all zeros
+    out = F.dropout(weights, p=dropout_p) @ v  # (B, H, T, Dh)
+    return out, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (section 3.2.2), one module for both uses in the Transformer.
+
+    ``self_attention=True``: queries, keys and values all come from ``x`` through one fused (D -> 3D)
+    projection. ``self_attention=False`` (encoder-decoder attention): queries come from ``x`` through a
+    (D -> D) projection, keys and values from ``memory`` through one fused (D -> 2D) projection.
+    Heads are a reshape (B, T, D) -> (B, H, T, Dh), never a loop.
+    """
+
+    def __init__(self, d_model: int, heads: int, *, self_attention: bool, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by heads={heads}")
+        self.d_model, self.heads, self.head_dim = d_model, heads, d_model // heads
+        self.self_attention = self_attention
+        self.dropout = dropout
+        if self_attention:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+        else:
+            self.q = nn.Linear(d_model, d_model)
+            self.kv = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform per (D, D) block, as if Q, K, V were separate matrices; zero biases."""
+        for linear in self.children():
+            assert isinstance(linear, nn.Linear)
+            for block in linear.weight.data.split(self.d_model, dim=0):
+                nn.init.xavier_uniform_(block)
+            nn.init.zeros_(linear.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        """x: (B, T, D); memory: (B, S, D) for encoder-decoder attention -> (B, T, D).
+
+        With a ``cache``, self-attention appends this step's K/V to ``cache.self_k/self_v`` and attends
+        over all of them; encoder-decoder attention projects ``memory`` into ``cache.cross_k/cross_v``
+        on the first call and reuses them after (``memory`` is then not read).
+        """
+        q, k, v = self._project(x, memory, cache)
+        p = self.dropout if self.training else 0.0
+        out, _ = attention(q, k, v, mask, is_causal=is_causal, dropout_p=p)  # (B, H, T, Dh)
+        return self.out(self._merge_heads(out))  # (B, T, D)
+
+    def attention_weights(
+        self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None, is_causal: bool = False
+    ) -> Tensor:
+        """The attention weights (B, H, T, S) for ``x`` (reference path, no cache)."""
+        q, k, v = self._project(x, memory, None)
+        _, weights = attention(q, k, v, mask, is_causal=is_causal, need_weights=True)
+        assert weights is not None
+        return weights
+
+    def _project(self, x: Tensor, memory: Tensor | None, cache: LayerCache | None) -> tuple[Tensor, ...]:
+        """Queries, keys and values, each (B, H, len, Dh), reading and updating the cache."""
+        if self.self_attention:
+            q, k, v = (self._split_heads(t) for t in self.qkv(x).split(self.d_model, dim=-1))
+            if cache is not None:
+                if cache.self_k is not None:
+                    k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t + T, Dh)
+                    v = torch.cat([cache.self_v, v], dim=2)
+                cache.self_k, cache.self_v = k, v
+            return q, k, v
+        q = self._split_heads(self.q(x))
+        if cache is not None and cache.cross_k is not None:
+            return q, cache.cross_k, cache.cross_v
+        if memory is None:
+            raise ValueError("encoder-decoder attention needs `memory` (or a filled cache)")
+        k, v = (self._split_heads(t) for t in self.kv(memory).split(self.d_model, dim=-1))
+        if cache is not None:
+            cache.cross_k, cache.cross_v = k, v
+        return q, k, v
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, self.d_model)  # (B, T, D)

@@ -1,0 +1,70 @@
+"""The decoder stack and output projection (Vaswani et al. 2017, sections 3.1 and 3.4)."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mt.model.cache import DecoderCache, LayerCache
+from mt.model.embedding import TransformerEmbedding
+from mt.model.layers import DecoderLayer
+
+
+class Decoder(nn.Module):
+    """Embedding, N ``DecoderLayer``s, a final LayerNorm for Pre-LN, and the output projection.
+
+    The output projection (section 3.4) is ``logits = h @ W^T`` with ``W`` the target embedding matrix
+    (V, D) itself and no bias: input and output embeddings are always tied, so there is no separate
+    parameter (and no duplicate entry in the state dict).
+    """
+
+    def __init__(
+        self,
+        embedding: TransformerEmbedding,
+        layers: list[DecoderLayer],
+        final_norm: nn.LayerNorm | None,
+    ) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.layers = nn.ModuleList(layers)
+        self.final_norm = final_norm
+
+    @property
+    def output_weight(self) -> nn.Parameter:
+        """The output projection (V, D): the target token embedding."""
+        return self.embedding.token.weight
+
+    def new_cache(self) -> DecoderCache:
+        return DecoderCache(layers=[LayerCache() for _ in self.layers])
+
+    def forward(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor | None,
+        memory_pad_mask: Tensor,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """tgt_in (B, T); memory (B, S, D); memory_pad_mask (B, S), True = padding -> logits (B, T, V).
+
+        Without a cache: the full causal forward. With one: ``tgt_in`` holds the new tokens only, their
+        positions continue from ``cache.length`` and every layer extends its cache (see ``LayerCache``).
+        """
+        start = 0 if cache is None else cache.length
+        mask = ~memory_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
+        x = self.embedding(tgt_in, start)  # (B, T, D)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, mask, None if cache is None else cache.layers[i])
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return F.linear(x, self.output_weight)  # (B, T, V)
+
+    def cross_attention_weights(
+        self, tgt_in: Tensor, memory: Tensor, memory_pad_mask: Tensor, layer: int = -1
+    ) -> Tensor:
+        """Encoder-decoder attention weights (B, H, T, S) of decoder layer ``layer`` (reference path)."""
+        index = range(len(self.layers))[layer]  # normalises negative indices, raises IndexError
+        mask = ~memory_pad_mask[:, None, None, :]  # (B, 1, 1, S)
+        x = self.embedding(tgt_in)  # (B, T, D)
+        for block in self.layers[:index]:
+            x = block(x, memory, mask)
+        return self.layers[index].cross_attention_weights(x, memory, mask)

@@ -1,0 +1,99 @@
+"""The Transformer encoder-decoder (Vaswani et al. 2017) and its builder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+from mt.config import ModelConfig
+from mt.model.cache import DecoderCache, EncoderOut
+from mt.model.decoder import Decoder
+from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_embedding
+from mt.model.encoder import Encoder
+from mt.model.layers import DecoderLayer, EncoderLayer
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encode once, decode many: what training (``forward``) and search (``encode``/``decode``) need.
+
+    Shapes: src (B, S), src_pad_mask (B, S) True = padding, tgt_in (B, T) = [BOS] + pieces,
+    logits (B, T, V) in the model's dtype.
+    """
+
+    def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+
+    def encode(self, src: Tensor, src_pad_mask: Tensor) -> EncoderOut:
+        return EncoderOut(out=self.encoder(src, src_pad_mask), pad_mask=src_pad_mask)
+
+    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecoderCache | None = None) -> Tensor:
+        """Logits (B, T, V) for ``tgt_in``; see ``Decoder.forward`` for the cached, incremental case.
+
+        With a cache, the first call computes the encoder-decoder K/V from ``enc`` and keeps its pad
+        mask in the cache; later calls read nothing from ``enc``.
+        """
+        if cache is None:
+            return self.decoder(tgt_in, enc.out, enc.pad_mask)
+        if cache.src_pad_mask is None:
+            cache.src_pad_mask = enc.pad_mask
+        return self.decoder(tgt_in, enc.out, cache.src_pad_mask, cache)
+
+    def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits (B, T, V)."""
+        return self.decode(tgt_in, self.encode(src, src_pad_mask))
+
+    def new_cache(self) -> DecoderCache:
+        """An empty cache for incremental ``decode``."""
+        return self.decoder.new_cache()
+
+    def cross_attention_weights(
+        self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor, layer: int = -1
+    ) -> Tensor:
+        """Head-averaged encoder-decoder attention (B, T, S) of decoder layer ``layer`` (alignment plots)."""
+        enc = self.encode(src, src_pad_mask)
+        return self.decoder.cross_attention_weights(tgt_in, enc.out, enc.pad_mask, layer).mean(dim=1)
+
+
+def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Seq2SeqTransformer:
+    """Build and initialise the model described by ``cfg``.
+
+    Weight tying (section 3.4; Press & Wolf 2017): the decoder's input embedding is always the output
+    projection; with ``cfg.share_all_embeddings`` the encoder's embedding is the same matrix too, which
+    needs one joint vocabulary (``src_vocab == tgt_vocab``). Initialisation follows fairseq: embeddings
+    N(0, D^-0.5) with a zero pad row, Xavier-uniform projections, zero biases, LayerNorm (1, 0).
+    """
+    if cfg.share_all_embeddings and src_vocab != tgt_vocab:
+        raise ValueError(
+            f"share_all_embeddings needs a joint vocabulary: src_vocab={src_vocab} != tgt_vocab={tgt_vocab}"
+        )
+    tgt_token = token_embedding(tgt_vocab, cfg.d_model, pad_id)
+    src_token = tgt_token if cfg.share_all_embeddings else token_embedding(src_vocab, cfg.d_model, pad_id)
+
+    def embedding(token: nn.Embedding) -> TransformerEmbedding:
+        positions_cls = LearnedPositions if cfg.learned_positions else SinusoidalPositions
+        return TransformerEmbedding(token, positions_cls(cfg.d_model, cfg.max_positions), dropout=cfg.dropout)
+
+    layer_kwargs: dict[str, Any] = dict(
+        d_model=cfg.d_model,
+        heads=cfg.heads,
+        d_ff=cfg.d_ff,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation=cfg.activation,
+        activation_dropout=cfg.activation_dropout,
+        pre_ln=cfg.pre_ln,
+    )
+
+    def final_norm() -> nn.LayerNorm | None:  # Pre-LN leaves the residual stream unnormalised
+        return nn.LayerNorm(cfg.d_model) if cfg.pre_ln else None
+
+    encoder = Encoder(
+        embedding(src_token), [EncoderLayer(**layer_kwargs) for _ in range(cfg.encoder_layers)], final_norm()
+    )
+    decoder = Decoder(
+        embedding(tgt_token), [DecoderLayer(**layer_kwargs) for _ in range(cfg.decoder_layers)], final_norm()
+    )
+    return Seq2SeqTransformer(encoder, decoder)

@@ -1,0 +1,114 @@
+"""Parameter and memory accounting: counts by component, a closed form, and a CLI.
+
+    python -m mt.model.summary --model transformer_base --vocab 37000
+
+Counts are split into weight matrices (every parameter of 2+ dimensions: projections, embeddings)
+and biases + LayerNorm gains/shifts (1-dimensional). A parameter shared by several modules (tied
+embeddings) is counted once; sinusoidal positions are buffers, not parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from mt.config import ModelConfig
+from mt.model.seq2seq import Seq2SeqTransformer, build_model
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
+COMPONENTS = ("embeddings", "encoder", "decoder")
+
+
+def _component(name: str) -> str:
+    return "embeddings" if ".embedding." in f".{name}" else name.split(".")[0]
+
+
+def count_parameters(model: Seq2SeqTransformer) -> dict[str, int]:
+    """Counts ``{embeddings,encoder,decoder}_{weights,biases}``, ``weights``, ``biases`` and ``total``."""
+    counts = {f"{c}_{kind}": 0 for c in COMPONENTS for kind in ("weights", "biases")}
+    for name, param in model.named_parameters():  # yields a shared parameter once
+        counts[f"{_component(name)}_{'weights' if param.dim() >= 2 else 'biases'}"] += param.numel()
+    counts["weights"] = sum(counts[f"{c}_weights"] for c in COMPONENTS)
+    counts["biases"] = sum(counts[f"{c}_biases"] for c in COMPONENTS)
+    counts["total"] = counts["weights"] + counts["biases"]
+    return counts
+
+
+def count_parameters_closed_form(
+    N_enc: int, N_dec: int, d: int, d_ff: int, V: int, shared: bool = True
+) -> dict[str, int]:
+    """The same counts as ``count_parameters`` for a Post-LN model with sinusoidal positions.
+
+    Encoder layer: Q, K, V, O (4 d^2 + 4d), FFN (2 d d_ff + d_ff + d), 2 LayerNorms (4d).
+    Decoder layer: two attentions (8 d^2 + 8d), FFN, 3 LayerNorms (6d). Embeddings: one V x d matrix
+    (``shared``: encoder = decoder = output projection) or two (source and target, both of size V).
+    """
+    counts = {
+        "embeddings_weights": V * d * (1 if shared else 2),
+        "embeddings_biases": 0,
+        "encoder_weights": N_enc * (4 * d * d + 2 * d * d_ff),
+        "encoder_biases": N_enc * (4 * d + d_ff + d + 4 * d),
+        "decoder_weights": N_dec * (8 * d * d + 2 * d * d_ff),
+        "decoder_biases": N_dec * (8 * d + d_ff + d + 6 * d),
+    }
+    counts["weights"] = sum(counts[f"{c}_weights"] for c in COMPONENTS)
+    counts["biases"] = sum(counts[f"{c}_biases"] for c in COMPONENTS)
+    counts["total"] = counts["weights"] + counts["biases"]
+    return counts
+
+
+def kv_cache_values_per_token(decoder_layers: int, d_model: int) -> int:
+    """Self-attention K and V values added per generated token, per sentence per beam, all layers."""
+    return 2 * decoder_layers * d_model
+
+
+def load_model_config(name: str) -> ModelConfig:
+    """``conf/model/<name>.yaml`` (or a path to a .yaml) merged onto the ``ModelConfig`` defaults."""
+    path = Path(name) if name.endswith(".yaml") else CONF_DIR / f"{name}.yaml"
+    raw = OmegaConf.load(path)
+    raw.pop("defaults", None)  # the Hydra schema reference; the schema is ModelConfig itself
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), raw))  # type: ignore[return-value]
+
+
+def summary(cfg: ModelConfig, src_vocab: int, tgt_vocab: int | None = None) -> str:
+    """A printable table of parameters by component, their bytes, and the KV-cache cost per token."""
+    tgt_vocab = src_vocab if tgt_vocab is None else tgt_vocab
+    with torch.device("meta"):  # shapes only: nothing is allocated or initialised
+        model = build_model(cfg, src_vocab, tgt_vocab)
+    counts = count_parameters(model)
+    tying = "3-way (encoder = decoder = output)" if cfg.share_all_embeddings else "2-way (decoder = output)"
+    lines = [
+        f"{cfg.name}: {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
+        f"d_ff {cfg.d_ff}, {cfg.heads} heads, vocab {src_vocab} -> {tgt_vocab}, tying {tying}",
+        f"{'component':<12}{'weight matrices':>18}{'biases+LayerNorm':>18}{'total':>16}",
+    ]
+    counts["total_weights"], counts["total_biases"] = counts["weights"], counts["biases"]
+    for c in (*COMPONENTS, "total"):
+        w, b = counts[f"{c}_weights"], counts[f"{c}_biases"]
+        lines.append(f"{c:<12}{w:>18,}{b:>18,}{w + b:>16,}")
+    n = counts["total"]
+    kv = kv_cache_values_per_token(cfg.decoder_layers, cfg.d_model)
+    lines += [
+        f"parameter bytes: fp32 {4 * n:,} ({4 * n / 2**20:.1f} MiB), "
+        f"bf16 {2 * n:,} ({2 * n / 2**20:.1f} MiB)",
+        f"KV cache per generated token, per sentence per beam: self-attention K+V, {cfg.decoder_layers} "
+        f"layers x 2 x {cfg.d_model} = {kv:,} values",
+        f"  = {4 * kv:,} B fp32, {2 * kv:,} B bf16 (cross-attention K+V: the same per source token, once)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="transformer_base", help="conf/model/<NAME>.yaml, or a .yaml path")
+    parser.add_argument("--vocab", type=int, required=True, help="source vocabulary size (used as given)")
+    parser.add_argument("--tgt-vocab", type=int, default=None, help="target vocabulary (default: --vocab)")
+    args = parser.parse_args(argv)
+    print(summary(load_model_config(args.model), args.vocab, args.tgt_vocab))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Scaled dot-product and multi-head attention: worked example, masks, fast path = reference path."""
+
+import pytest
+import torch
+
+from mt.model import LayerCache, MultiHeadAttention, attention, causal_mask
+
+Q = [[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]]
+K = [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]
+V = [[1.0, 0.0], [0.0, 2.0], [1.0, 0.0]]
+WEIGHTS = [[0.4011, 0.1978, 0.4011], [0.2483, 0.5035, 0.2483], [0.3954, 0.2092, 0.3954]]
+OUTPUT = [[0.8022, 0.3956], [0.4965, 1.0070], [0.7908, 0.4185]]
+
+
+def _t(rows: list[list[float]]) -> torch.Tensor:
+    return torch.tensor(rows)[None, None]  # (1, 1, 3, 2): one sentence, one head
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "reference"])
+def test_worked_example(need_weights: bool) -> None:
+    out, weights = attention(_t(Q), _t(K), _t(V), need_weights=need_weights)
+    assert out.shape == (1, 1, 3, 2)
+    assert torch.allclose(out[0, 0].round(decimals=4), torch.tensor(OUTPUT), atol=1e-6)
+    if need_weights:
+        assert weights is not None and weights.shape == (1, 1, 3, 3)
+        assert torch.allclose(weights[0, 0].round(decimals=4), torch.tensor(WEIGHTS), atol=1e-6)
+    else:
+        assert weights is None
+
+
+def _qkv(
+    batch: int = 3, heads: int = 2, queries: int = 5, keys: int = 7, dh: int = 8
+) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.randn(batch, heads, n, dh) for n in (queries, keys, keys))
+
+
+def _key_mask(lengths: list[int], keys: int) -> torch.Tensor:
+    """(B, 1, 1, S), True = may attend."""
+    return (torch.arange(keys)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
+
+
+def test_weights_sum_to_one_and_are_exactly_zero_on_masked_keys() -> None:
+    q, k, v = _qkv()
+    mask = _key_mask([7, 4, 1], 7)
+    _, weights = attention(q, k, v, mask, need_weights=True)
+    assert weights is not None and weights.shape == (3, 2, 5, 7)
+    assert torch.allclose(weights.sum(-1), torch.ones(3, 2, 5), atol=1e-6)
+    assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
+    assert (weights.masked_select(mask.expand_as(weights)) > 0).all()
+
+
+def test_causal_weights_are_zero_above_the_diagonal() -> None:
+    q, k, v = _qkv(queries=6, keys=6)
+    _, weights = attention(q, k, v, is_causal=True, need_weights=True)
+    assert weights is not None
+    assert (weights.triu(diagonal=1) == 0).all()
+    assert torch.allclose(weights.sum(-1), torch.ones(3, 2, 6), atol=1e-6)
+
+
+def test_causal_mask_is_bottom_right_aligned() -> None:
+    assert causal_mask(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert causal_mask(3, 3).equal(torch.ones(3, 3, dtype=torch.bool).tril())
+
+
+@pytest.mark.parametrize(
+    ("queries", "keys", "padded", "is_causal"),
+    [(5, 7, True, False), (6, 6, False, True), (6, 6, True, True), (2, 6, False, True), (1, 6, True, True)],
+    ids=["padding", "causal", "padding+causal", "causal-cached-chunk", "single-query"],
+)
+def test_fast_path_equals_reference_path(queries: int, keys: int, padded: bool, is_causal: bool) -> None:
+    q, k, v = _qkv(queries=queries, keys=keys)
+    mask = _key_mask([keys, keys - 2, 3], keys) if padded else None
+    fast, _ = attention(q, k, v, mask, is_causal=is_causal)
+    reference, _ = attention(q, k, v, mask, is_causal=is_causal, need_weights=True)
+    assert torch.allclose(fast, reference, atol=1e-5)
+
+
+def test_fully_masked_row_gives_zeros_not_nan_on_both_paths() -> None:
+    q, k, v = _qkv()
+    mask = _key_mask([7, 0, 3], 7)  # the second sentence has no key at all
+    for need_weights in (False, True):
+        q.requires_grad_(True)
+        out, weights = attention(q, k, v, mask, need_weights=need_weights)
+        assert torch.isfinite(out).all()
+        assert (out[1] == 0).all()
+        out.sum().backward()
+        assert q.grad is not None and torch.isfinite(q.grad).all()
+        q.grad = None
+        if weights is not None:
+            assert (weights[1] == 0).all()
+
+
+def test_multi_head_attention_shapes_and_parameters() -> None:
+    self_attn = MultiHeadAttention(16, 4, self_attention=True)
+    cross_attn = MultiHeadAttention(16, 4, self_attention=False)
+    assert self_attn.qkv.weight.shape == (48, 16) and not hasattr(self_attn, "kv")
+    assert cross_attn.q.weight.shape == (16, 16) and cross_attn.kv.weight.shape == (32, 16)
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 9, 16)
+    assert self_attn(x, is_causal=True).shape == (2, 5, 16)
+    assert cross_attn(x, memory).shape == (2, 5, 16)
+    assert cross_attn.attention_weights(x, memory).shape == (2, 4, 5, 9)
+    with pytest.raises(ValueError):
+        MultiHeadAttention(10, 4, self_attention=True)
+
+
+def test_multi_head_attention_cache_grows_self_and_fills_cross_once() -> None:
+    self_attn = MultiHeadAttention(16, 4, self_attention=True).eval()
+    cross_attn = MultiHeadAttention(16, 4, self_attention=False).eval()
+    x, memory = torch.randn(2, 4, 16), torch.randn(2, 9, 16)
+    cache = LayerCache()
+    steps = [self_attn(x[:, t : t + 1], is_causal=True, cache=cache) for t in range(4)]
+    assert cache.self_k is not None and cache.self_k.shape == (2, 4, 4, 4)
+    assert torch.allclose(torch.cat(steps, dim=1), self_attn(x, is_causal=True), atol=1e-6)
+    first = cross_attn(x[:, :1], memory, cache=cache)
+    assert cache.cross_k is not None and cache.cross_k.shape == (2, 4, 9, 4)
+    again = cross_attn(x[:, :1], None, cache=cache)  # memory is not read once the cache is filled
+    assert torch.equal(first, again)

@@ -1,0 +1,38 @@
+"""Parallel data: sources, SentencePiece tokenizers, binarized splits, token-budget batching."""
+
+from mt.data.batching import Batch, TokenBatchSampler, batch_by_tokens, collate
+from mt.data.binarize import PreparedData, TokenizedSplit, prepare_data
+from mt.data.demo import demo_numbers, write_demo_corpus
+from mt.data.sources import SPLITS, DataError, open_split, read_lines
+from mt.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    Tokenizers,
+    train_tokenizer,
+)
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "SPLITS",
+    "UNK_ID",
+    "Batch",
+    "DataError",
+    "PreparedData",
+    "TokenBatchSampler",
+    "TokenizedSplit",
+    "Tokenizer",
+    "Tokenizers",
+    "batch_by_tokens",
+    "collate",
+    "demo_numbers",
+    "open_split",
+    "prepare_data",
+    "read_lines",
+    "train_tokenizer",
+    "write_demo_corpus",
+]

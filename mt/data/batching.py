@@ -1,0 +1,215 @@
+"""Token-budget batching: the length-bucketed, shardable, resumable sampler and inference-time batching.
+
+A sequence's cost is its length as the model sees it (pieces + EOS on the source, pieces + BOS/EOS shift on
+the target, i.e. ``len + 1``), padded up to ``pad_to_multiple``; a batch costs ``batch size x`` the longest
+padded sequence of either side, and never more than ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from mt.data.sources import DataError
+from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, round_up
+
+if TYPE_CHECKING:
+    from mt.data.binarize import TokenizedSplit
+
+
+def _as_numpy(lens: torch.Tensor | Sequence[int] | np.ndarray) -> np.ndarray:
+    if isinstance(lens, torch.Tensor):
+        return lens.detach().cpu().numpy().astype(np.int64)
+    return np.asarray(lens, dtype=np.int64)
+
+
+def _pack(order: np.ndarray, cost: np.ndarray, max_tokens: int, max_sentences: int = 0) -> list[list[int]]:
+    """Greedy batches over ``order`` (ascending cost): ``len(batch) * max(cost) <= max_tokens``."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i, c in zip(order.tolist(), cost[order].tolist(), strict=True):
+        grown = max(longest, c)
+        full = 0 < max_sentences <= len(current)
+        if current and (full or (len(current) + 1) * grown > max_tokens):
+            batches.append(current)
+            current, grown = [], c
+        current.append(i)
+        longest = grown
+    if current:
+        batches.append(current)
+    return batches
+
+
+class TokenBatchSampler:
+    """Length-bucketed batches of example indices under a token budget, sharded over ranks.
+
+    Per epoch (``shuffle=True``): indices are shuffled with ``(seed, epoch)``, cut into chunks of about
+    ``shuffle_chunk`` batches' worth of examples, sorted by length inside each chunk, packed into batches,
+    and the batch order is shuffled. ``shuffle=False`` gives batches sorted by length (valid/test).
+
+    Sharding: rank ``r`` takes batches ``r, r + W, r + 2W, ...`` of the epoch's list, so ranks are disjoint
+    and together see every example exactly once. To give every rank the SAME number of batches, while the
+    batch count is not a multiple of ``world_size`` the largest batch (most examples) is split in two halves.
+
+    Resuming: ``iter_from(epoch, start_batch)`` recomputes the epoch's index lists (cheap, no model work) and
+    starts at ``start_batch``: nothing is replayed.
+    """
+
+    def __init__(
+        self,
+        src_lens: torch.Tensor | Sequence[int],
+        tgt_lens: torch.Tensor | Sequence[int],
+        max_tokens: int,
+        *,
+        seed: int,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        pad_to_multiple: int = 8,
+        shuffle_chunk: int = 100,
+    ) -> None:
+        src, tgt = _as_numpy(src_lens), _as_numpy(tgt_lens)
+        if src.shape != tgt.shape or src.ndim != 1:
+            raise DataError(f"src_lens and tgt_lens must be 1-D of one length, got {src.shape} and {tgt.shape}")
+        if not 0 <= rank < world_size:
+            raise DataError(f"rank {rank} is outside world_size {world_size}")
+        if len(src) < world_size:
+            raise DataError(f"{len(src)} examples cannot be sharded over {world_size} ranks")
+        self.longest = np.maximum(src, tgt)  # (N,) pieces of the longer side
+        self.cost = -(-(self.longest + 1) // pad_to_multiple) * pad_to_multiple  # (N,) padded, with EOS/BOS
+        over = np.flatnonzero(self.cost > max_tokens)
+        if len(over):
+            i = int(over[0])
+            raise DataError(
+                f"example {i} is too long for max_tokens={max_tokens}: {int(self.longest[i])} tokens + EOS, "
+                f"padded to {int(self.cost[i])} (and {len(over) - 1} more); raise max_tokens or lower max_len"
+            )
+        self.max_tokens, self.seed, self.shuffle = max_tokens, seed, shuffle
+        self.rank, self.world_size, self.shuffle_chunk = rank, world_size, shuffle_chunk
+        self.epoch, self.start_batch = 0, 0
+        self._memo: tuple[int, list[list[int]]] | None = None
+
+    def _all_batches(self, epoch: int) -> list[list[int]]:
+        """Every rank's batches of ``epoch``, interleaved, their count a multiple of ``world_size``."""
+        if self._memo is not None and (self._memo[0] == epoch or not self.shuffle):
+            return self._memo[1]
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = rng.permutation(len(self.cost))  # (N,)
+            per_batch = max(1, self.max_tokens // max(1, int(self.cost.mean())))
+            chunk = max(1, self.shuffle_chunk * per_batch)
+            batches = []
+            for start in range(0, len(perm), chunk):
+                part = perm[start : start + chunk]
+                part = part[np.argsort(self.longest[part], kind="stable")]
+                batches.extend(_pack(part, self.cost, self.max_tokens))
+            batches = [batches[j] for j in rng.permutation(len(batches))]
+        else:
+            batches = _pack(np.argsort(self.longest, kind="stable"), self.cost, self.max_tokens)
+        while len(batches) % self.world_size:
+            j = max(range(len(batches)), key=lambda k: len(batches[k]))
+            if len(batches[j]) < 2:
+                raise DataError(
+                    f"cannot give {self.world_size} ranks equal batch counts: {len(batches)} single-example batches"
+                )
+            half = len(batches[j]) // 2
+            batches[j : j + 1] = [batches[j][:half], batches[j][half:]]
+        self._memo = (epoch, batches)
+        return batches
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """This rank's batches (example index lists) for ``epoch``; deterministic in ``(seed, epoch)``."""
+        return self._all_batches(epoch)[self.rank :: self.world_size]
+
+    def iter_from(self, epoch: int, start_batch: int = 0) -> Iterator[list[int]]:
+        """This rank's batches of ``epoch`` from ``start_batch`` on (resume without replaying data)."""
+        yield from self.batches(epoch)[start_batch:]
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """What ``__iter__`` / ``__len__`` use (for ``DataLoader(batch_sampler=...)``)."""
+        self.epoch, self.start_batch = epoch, start_batch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self.iter_from(self.epoch, self.start_batch)
+
+    def __len__(self) -> int:
+        """Batches per rank in the current epoch (equal on every rank; may differ slightly between epochs)."""
+        return len(self.batches(self.epoch))
+
+
+def batch_by_tokens(lengths: Sequence[int], max_tokens: int, max_sentences: int = 0) -> list[list[int]]:
+    """Inference batches of sentence indices sorted by length: ``len(batch) * max(length) <= max_tokens``
+    and ``len(batch) <= max_sentences`` (0 = no limit). ``lengths`` count as given (add EOS yourself)."""
+    lens = _as_numpy(lengths)
+    over = np.flatnonzero(lens > max_tokens)
+    if len(over):
+        i = int(over[0])
+        raise DataError(f"sentence {i} has {int(lens[i])} tokens, more than max_tokens={max_tokens}")
+    return _pack(np.argsort(lens, kind="stable"), lens, max_tokens, max_sentences)
+
+
+@dataclass
+class Batch:
+    """One padded training batch; masks are True at padding (see ARCHITECTURE.md, special ids)."""
+
+    src: torch.Tensor  # (B, S) pieces + EOS
+    src_pad_mask: torch.Tensor  # (B, S)
+    tgt_in: torch.Tensor  # (B, T) BOS + pieces
+    tgt_out: torch.Tensor  # (B, T) pieces + EOS
+    tgt_pad_mask: torch.Tensor  # (B, T)
+    ntokens: int  # non-pad tokens of tgt_out
+    ids: torch.Tensor  # (B,) example indices in the split
+
+    def __len__(self) -> int:
+        return self.src.size(0)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """A copy with every tensor on ``device``."""
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in moved.items():
+            if isinstance(value, torch.Tensor):
+                moved[name] = value.to(device, non_blocking=non_blocking)
+        return Batch(**moved)
+
+    def pin_memory(self) -> Batch:
+        """Pinned copy (``DataLoader(pin_memory=True)`` calls this on custom batch types)."""
+        return Batch(
+            **{
+                f.name: getattr(self, f.name).pin_memory() if f.name != "ntokens" else self.ntokens
+                for f in fields(self)
+            }
+        )
+
+
+def collate(split: TokenizedSplit, indices: Sequence[int], pad_to_multiple: int = 8) -> Batch:
+    """Pad examples ``indices`` of ``split`` into a ``Batch``: ``src = ids + [EOS]``,
+    ``tgt_in = [BOS] + ids``, ``tgt_out = ids + [EOS]``, PAD elsewhere; S, T padded to ``pad_to_multiple``."""
+    if len(indices) == 0:
+        raise DataError("cannot collate an empty batch")
+    idx = torch.as_tensor(list(indices), dtype=torch.long)  # (B,)
+    src_lens, tgt_lens = split.src_lens[idx] + 1, split.tgt_lens[idx] + 1  # (B,) with EOS / BOS
+    S, T = round_up(int(src_lens.max()), pad_to_multiple), round_up(int(tgt_lens.max()), pad_to_multiple)
+    src = np.full((len(idx), S), PAD_ID, dtype=np.int64)  # (B, S)
+    tgt_in = np.full((len(idx), T), PAD_ID, dtype=np.int64)  # (B, T)
+    tgt_out = np.full((len(idx), T), PAD_ID, dtype=np.int64)  # (B, T)
+    for row, i in enumerate(idx.tolist()):
+        s, t = split.src_array(i), split.tgt_array(i)
+        src[row, : len(s)], src[row, len(s)] = s, EOS_ID
+        tgt_in[row, 0], tgt_in[row, 1 : len(t) + 1] = BOS_ID, t
+        tgt_out[row, : len(t)], tgt_out[row, len(t)] = t, EOS_ID
+    src_pad_mask = torch.arange(S)[None, :] >= src_lens[:, None]  # (B, S)
+    tgt_pad_mask = torch.arange(T)[None, :] >= tgt_lens[:, None]  # (B, T)
+    return Batch(
+        torch.from_numpy(src),
+        src_pad_mask,
+        torch.from_numpy(tgt_in),
+        torch.from_numpy(tgt_out),
+        tgt_pad_mask,
+        ntokens=int(tgt_lens.sum()),
+        ids=idx,
+    )

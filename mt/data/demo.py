@@ -1,0 +1,69 @@
+"""The embedded offline corpus: English number words -> German number words, made with ``num2words``.
+
+``21 -> "twenty-one" / "einundzwanzig"``. Numbers are drawn without replacement from
+``[min_number, max_number]`` by ``random.Random(seed)`` (never the global RNG), so the corpus is identical
+across runs for one seed and the train / valid / test splits are disjoint by number. The corpus is written
+as parallel files (``{train,valid,test}.{en,de}``) and read through the same path as real data.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+from num2words import num2words
+
+from mt.config import DemoConfig
+from mt.data.sources import DataError, fingerprint
+
+_DEMO_VERSION = 1  # bump when the generation recipe changes
+
+
+def demo_numbers(cfg: DemoConfig) -> dict[str, list[int]]:
+    """The numbers of each split, disjoint across splits, deterministic in ``cfg.seed``."""
+    sizes = {"train": cfg.train_size, "valid": cfg.valid_size, "test": cfg.test_size}
+    if min(sizes.values()) <= 0:
+        raise DataError(f"demo split sizes must be positive, got {sizes}")
+    population = range(cfg.min_number, cfg.max_number + 1)
+    total = sum(sizes.values())
+    if total > len(population):
+        raise DataError(
+            f"demo corpus needs {total} distinct numbers but [{cfg.min_number}, {cfg.max_number}] "
+            f"holds only {len(population)}"
+        )
+    drawn = random.Random(cfg.seed).sample(population, total)  # range: no list of the whole population
+    out, start = {}, 0
+    for split, size in sizes.items():
+        out[split] = drawn[start : start + size]
+        start += size
+    return out
+
+
+def demo_pair(n: int) -> tuple[str, str]:
+    """``(english, german)`` number words for ``n``."""
+    return num2words(n, lang="en"), num2words(n, lang="de")
+
+
+def write_demo_corpus(cfg: DemoConfig, root: Path) -> Path:
+    """Write the corpus under ``root/<fingerprint>/`` once (atomically) and return that directory."""
+    out = Path(root) / fingerprint(
+        _DEMO_VERSION, cfg.train_size, cfg.valid_size, cfg.test_size, cfg.min_number, cfg.max_number, cfg.seed
+    )
+    if (out / "DONE").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for split, numbers in demo_numbers(cfg).items():
+        pairs = [demo_pair(n) for n in numbers]
+        for lang, column in (("en", 0), ("de", 1)):
+            _write_atomic(out / f"{split}.{lang}", "".join(p[column] + "\n" for p in pairs))
+    (out / "DONE").touch()
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)

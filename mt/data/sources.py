@@ -1,0 +1,284 @@
+"""Where parallel text comes from: local files (parallel, TSV, JSONL), a hub dataset, or the demo corpus.
+
+Every source ends as a ``datasets.Dataset`` with string columns ``src`` and ``tgt`` (Arrow, memory-mapped,
+cached by fingerprint under ``<cache_dir>/hf``). Bad input is rejected here, at the boundary, with a
+``DataError`` that names the file and line, before any tokenizer training or binarization happens.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from mt.config import DataConfig
+
+SPLITS = ("train", "valid", "test")
+_FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
+_READER_VERSION = 1  # bump when the way text is read changes, to invalidate cached Arrow files
+
+
+class DataError(ValueError):
+    """Bad input data or settings: the message names the file, line, example or value at fault."""
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short stable hash of JSON-serialisable parts (cache keys)."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def file_digest(path: Path) -> str:
+    """Content hash of a file's raw bytes (of the compressed bytes for ``.gz``: cheap and exact)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+
+
+@contextmanager
+def progress_bars_on_tty() -> Iterator[None]:
+    """Silence datasets' progress bars while stderr is not a terminal (tests, logs); restore them after."""
+    quiet = not sys.stderr.isatty() and not datasets.are_progress_bars_disabled()
+    if quiet:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
+
+
+@dataclass(frozen=True)
+class RawSplit:
+    """One split of a source, not yet read: ``key`` identifies its content, ``load()`` reads and validates."""
+
+    name: str
+    key: str
+    description: str
+    _cfg: DataConfig
+    _cache_root: Path
+
+    def load(self) -> datasets.Dataset:
+        """Read the split into a ``Dataset`` (columns ``src``, ``tgt``); raises ``DataError`` on bad input."""
+        with progress_bars_on_tty():
+            if self._cfg.source == "hub":
+                ds = _load_hub(self._cfg, self.name, self._cache_root)
+            else:
+                ds = _load_files(self._cfg, self.name, self.key, self._cache_root)
+        if len(ds) == 0:
+            raise DataError(f"split '{self.name}' is empty: {self.description}")
+        return ds
+
+
+def open_split(cfg: DataConfig, split: str, cache_root: Path) -> RawSplit:
+    """Locate one split of ``cfg``'s source and compute its content key (files must exist)."""
+    if split not in SPLITS:
+        raise DataError(f"unknown split '{split}', expected one of {SPLITS}")
+    if cfg.source == "demo":
+        from mt.data.demo import write_demo_corpus
+
+        if {cfg.src_lang, cfg.tgt_lang} != {"en", "de"}:
+            raise DataError(f"the demo corpus is en<->de, got src_lang={cfg.src_lang} tgt_lang={cfg.tgt_lang}")
+        demo_dir = write_demo_corpus(cfg.demo, cache_root / "demo")
+        cfg = replace(
+            cfg,
+            source="files",
+            format="parallel",
+            dir=str(demo_dir),
+            train_prefix="train",
+            valid_prefix="valid",
+            test_prefix="test",
+        )
+    if cfg.source == "files":
+        paths = split_files(cfg, split)
+        key = fingerprint(_READER_VERSION, cfg.format, cfg.src_lang, cfg.tgt_lang, [file_digest(p) for p in paths])
+        return RawSplit(split, key, " + ".join(map(str, paths)), cfg, cache_root)
+    if cfg.source == "hub":
+        with progress_bars_on_tty():
+            ds = _load_hub(cfg, split, cache_root)  # cached by datasets; its fingerprint is the content key
+        key = fingerprint(_READER_VERSION, ds._fingerprint)
+        return RawSplit(split, key, f"hub dataset {cfg.hub.name} split {_hub_split(cfg, split)}", cfg, cache_root)
+    raise DataError(f"unknown data source '{cfg.source}', expected demo | files | hub")
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def _resolve(path: Path) -> Path:
+    """``path`` if it exists, else ``path.gz``; ``DataError`` naming both when neither does."""
+    if path.is_file():
+        return path
+    gz = path.with_name(path.name + ".gz")
+    if gz.is_file():
+        return gz
+    raise DataError(f"missing data file: {path} (nor {gz.name})")
+
+
+def split_files(cfg: DataConfig, split: str) -> list[Path]:
+    """The files of one split: ``[PREFIX.SRC, PREFIX.TGT]`` for parallel, ``[PREFIX.tsv|jsonl]`` otherwise."""
+    if cfg.dir is None:
+        raise DataError("data.dir must be set for source=files")
+    prefix = {"train": cfg.train_prefix, "valid": cfg.valid_prefix, "test": cfg.test_prefix}[split]
+    base = Path(cfg.dir) / prefix
+    if cfg.format == "parallel":
+        return [
+            _resolve(base.with_name(f"{prefix}.{cfg.src_lang}")),
+            _resolve(base.with_name(f"{prefix}.{cfg.tgt_lang}")),
+        ]
+    if cfg.format in ("tsv", "jsonl"):
+        return [_resolve(base.with_name(f"{prefix}.{cfg.format}"))]
+    raise DataError(f"unknown data.format '{cfg.format}', expected parallel | tsv | jsonl")
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    """Lines of a plain or gzip'd UTF-8 file, without the newline; ``DataError`` with the 1-based line number
+    on invalid UTF-8. Splits on ``\\n`` only (``str.splitlines`` would also split on U+2028 and friends)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"invalid UTF-8 in {path} at line {lineno} (byte {e.start}): {raw[:60]!r}") from None
+            if line.endswith("\n"):
+                line = line[:-2] if line.endswith("\r\n") else line[:-1]
+            yield line
+
+
+def _count_rest(lines: Iterator[str]) -> int:
+    return sum(1 for _ in lines)
+
+
+def _parallel_pairs(src_path: Path, tgt_path: Path) -> Iterator[dict[str, str]]:
+    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+    n = 0
+    for n, src in enumerate(src_lines, start=1):  # noqa: B007 - n is the count afterwards
+        tgt = next(tgt_lines, None)
+        if tgt is None:
+            raise DataError(
+                f"line counts differ: {src_path} has {n + _count_rest(src_lines)} lines, {tgt_path} has {n - 1} lines"
+            )
+        yield {"src": src, "tgt": tgt}
+    extra = _count_rest(tgt_lines)
+    if extra:
+        raise DataError(f"line counts differ: {src_path} has {n} lines, {tgt_path} has {n + extra} lines")
+
+
+def _tsv_pairs(path: Path) -> Iterator[dict[str, str]]:
+    for lineno, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise DataError(f"{path} line {lineno}: expected 2 tab-separated fields (src, tgt), got {len(fields)}")
+        yield {"src": fields[0], "tgt": fields[1]}
+
+
+def _pick(row: dict[str, Any], src_lang: str, tgt_lang: str, where: str) -> dict[str, str]:
+    """``src``/``tgt`` from ``{src_lang: .., tgt_lang: ..}`` or ``{"translation": {...}}``."""
+    pair = row.get("translation", row) if isinstance(row, dict) else None
+    if not isinstance(pair, dict) or not isinstance(pair.get(src_lang), str) or not isinstance(pair.get(tgt_lang), str):
+        raise DataError(
+            f"{where}: expected string fields '{src_lang}' and '{tgt_lang}' "
+            f"(optionally under 'translation'), got {str(row)[:80]}"
+        )
+    return {"src": pair[src_lang], "tgt": pair[tgt_lang]}
+
+
+def _jsonl_pairs(path: Path, src_lang: str, tgt_lang: str) -> Iterator[dict[str, str]]:
+    for lineno, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path} line {lineno}: invalid JSON ({e.msg})") from None
+        yield _pick(row, src_lang, tgt_lang, f"{path} line {lineno}")
+
+
+def _generate(paths: str, fmt: str, src_lang: str, tgt_lang: str, key: str) -> Iterator[dict[str, str]]:
+    """Generator for ``Dataset.from_generator``; ``key`` (content hash) is only there to key the cache.
+    ``paths`` is one string joined by NUL: datasets would treat a list in ``gen_kwargs`` as shards."""
+    paths = paths.split("\0")
+    if fmt == "parallel":
+        yield from _parallel_pairs(Path(paths[0]), Path(paths[1]))
+    elif fmt == "tsv":
+        yield from _tsv_pairs(Path(paths[0]))
+    else:
+        yield from _jsonl_pairs(Path(paths[0]), src_lang, tgt_lang)
+
+
+def _load_files(cfg: DataConfig, split: str, key: str, cache_root: Path) -> datasets.Dataset:
+    paths = "\0".join(str(p.resolve()) for p in split_files(cfg, split))
+    kwargs = {
+        "paths": paths,
+        "fmt": cfg.format,
+        "src_lang": cfg.src_lang,
+        "tgt_lang": cfg.tgt_lang,
+        "key": key,
+    }
+    if all(Path(p).stat().st_size == 0 for p in paths.split("\0")):
+        return datasets.Dataset.from_dict({"src": [], "tgt": []}, features=_FEATURES)  # load() rejects it
+    try:
+        return datasets.Dataset.from_generator(
+            _generate,
+            features=_FEATURES,
+            gen_kwargs=kwargs,
+            cache_dir=str(cache_root / "hf"),
+            split=datasets.Split.TRAIN,
+        )
+    except datasets.exceptions.DatasetGenerationError as e:
+        if isinstance(e.__cause__, DataError):
+            raise e.__cause__ from None
+        raise
+    except ValueError as e:  # datasets cannot write a split of zero rows (e.g. a JSONL file of blank lines)
+        if "corresponds to no data" not in str(e):
+            raise
+        return datasets.Dataset.from_dict({"src": [], "tgt": []}, features=_FEATURES)
+
+
+# ------------------------------------------------------------------------------------------------ hub
+
+
+def _hub_split(cfg: DataConfig, split: str) -> str:
+    return {"train": cfg.hub.train_split, "valid": cfg.hub.valid_split, "test": cfg.hub.test_split}[split]
+
+
+def _to_pairs(batch: dict[str, list[Any]], src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
+    pairs = [_pick(row, src_lang, tgt_lang, "hub row") for row in batch["translation"]]
+    return {"src": [p["src"] for p in pairs], "tgt": [p["tgt"] for p in pairs]}
+
+
+def _load_hub(cfg: DataConfig, split: str, cache_root: Path) -> datasets.Dataset:
+    """A hub dataset (``load_dataset``) or a local directory: ``save_to_disk`` output or data files."""
+    name, hub_split = cfg.hub.name, _hub_split(cfg, split)
+    if name is None:
+        raise DataError("data.hub.name must be set for source=hub")
+    local = Path(name)
+    try:
+        if (local / "dataset_dict.json").is_file() or (local / "state.json").is_file():
+            loaded = datasets.load_from_disk(str(local))
+            ds = loaded[hub_split] if isinstance(loaded, datasets.DatasetDict) else loaded
+        else:
+            ds = datasets.load_dataset(name, cfg.hub.config, split=hub_split, cache_dir=str(cache_root / "hf"))
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        raise DataError(f"cannot load split '{hub_split}' of hub dataset '{name}': {e}") from None
+    if "translation" not in ds.column_names:
+        raise DataError(f"hub dataset '{name}' split '{hub_split}' has no 'translation' column: {ds.column_names}")
+    # the cache file goes under our cache dir, never beside a user's save_to_disk directory
+    fp = fingerprint(ds._fingerprint, cfg.src_lang, cfg.tgt_lang)
+    (cache_root / "hf").mkdir(parents=True, exist_ok=True)
+    return ds.map(
+        _to_pairs,
+        batched=True,
+        remove_columns=ds.column_names,
+        features=_FEATURES,
+        fn_kwargs={"src_lang": cfg.src_lang, "tgt_lang": cfg.tgt_lang},
+        new_fingerprint=fp,
+        cache_file_name=str(cache_root / "hf" / f"pairs-{fp}.arrow"),
+    )

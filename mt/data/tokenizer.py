@@ -1,0 +1,162 @@
+"""SentencePiece BPE tokenizers with fixed special ids (``PAD=0 UNK=1 BOS=2 EOS=3``).
+
+Training uses the ``identity`` normalization and keeps whitespace as is, so ``decode(encode(x)) == x``
+for any text made of characters seen in training. With a vocabulary of at least ``BYTE_FALLBACK_MIN_VOCAB``
+pieces, unseen characters fall back to UTF-8 byte pieces and round-trip too; smaller vocabularies (the
+demo's 256) cannot afford the 256 byte pieces and map unseen characters to ``UNK``.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+from mt.data.sources import DataError
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))  # skipped by decode (UNK decodes to " ⁇ ")
+BYTE_FALLBACK_MIN_VOCAB = 1024  # byte pieces take at most a quarter of the vocabulary
+
+
+def round_up(n: int, multiple: int) -> int:
+    """Smallest multiple of ``multiple`` that is >= ``n``."""
+    return -(-n // multiple) * multiple
+
+
+class Tokenizer:
+    """One SentencePiece model: pieces in, ids out (no BOS/EOS added)."""
+
+    def __init__(self, model_proto: bytes) -> None:
+        self._proto = bytes(model_proto)
+        self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
+
+    @classmethod
+    def from_proto(cls, model_proto: bytes) -> Tokenizer:
+        """From the serialized ``.model`` bytes (as stored in checkpoints)."""
+        return cls(model_proto)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        """From a ``.model`` file."""
+        return cls(Path(path).read_bytes())
+
+    def save(self, path: str | Path) -> None:
+        """Write the ``.model`` file."""
+        Path(path).write_bytes(self._proto)
+
+    @property
+    def model_proto(self) -> bytes:
+        return self._proto
+
+    @property
+    def vocab_size(self) -> int:
+        """Pieces as trained, specials included."""
+        return self._sp.get_piece_size()
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """``vocab_size`` rounded up to a multiple of 8: the model's embedding size."""
+        return round_up(self.vocab_size, 8)
+
+    def encode(self, text: str) -> list[int]:
+        """Piece ids of ``text``, without BOS/EOS."""
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
+        """Piece ids of many texts (SentencePiece's C++ loop, ``num_threads`` threads)."""
+        return self._sp.encode(list(texts), num_threads=num_threads)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``; PAD/BOS/EOS and ids past ``vocab_size`` (embedding padding) are skipped."""
+        n = self.vocab_size
+        return self._sp.decode([i for i in ids if i not in SPECIAL_IDS and 0 <= i < n])
+
+    def id_to_piece(self, i: int) -> str:
+        return self._sp.id_to_piece(i)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+@dataclass(frozen=True)
+class Tokenizers:
+    """Source and target tokenizers; with ``joint=True`` they are one model (``src is tgt``)."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+    joint: bool
+
+    def save(self, directory: str | Path) -> None:
+        """``spm.model`` when joint, else ``src.model`` and ``tgt.model``."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.joint:
+            self.src.save(directory / "spm.model")
+        else:
+            self.src.save(directory / "src.model")
+            self.tgt.save(directory / "tgt.model")
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Tokenizers:
+        """The inverse of ``save``."""
+        directory = Path(directory)
+        if (directory / "spm.model").is_file():
+            tok = Tokenizer.load(directory / "spm.model")
+            return cls(tok, tok, joint=True)
+        return cls(Tokenizer.load(directory / "src.model"), Tokenizer.load(directory / "tgt.model"), joint=False)
+
+    @staticmethod
+    def exists(directory: str | Path) -> bool:
+        directory = Path(directory)
+        return (directory / "spm.model").is_file() or (directory / "tgt.model").is_file()
+
+
+def train_tokenizer(
+    sentences: Iterator[str],
+    vocab_size: int,
+    *,
+    character_coverage: float = 1.0,
+    sample_size: int = 2_000_000,
+    seed: int = 1,
+    name: str = "joint",
+) -> Tokenizer:
+    """Train a BPE model on ``sentences`` in memory; ``DataError`` if the data cannot fill ``vocab_size``."""
+    spm.set_random_generator_seed(seed)  # the sentence sample is drawn with SentencePiece's own RNG
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences,
+            model_writer=model,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece="<pad>",
+            unk_piece="<unk>",
+            bos_piece="<s>",
+            eos_piece="</s>",
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,  # keep decode(encode(x)) == x for any spacing
+            character_coverage=character_coverage,
+            byte_fallback=vocab_size >= BYTE_FALLBACK_MIN_VOCAB,
+            input_sentence_size=sample_size,
+            shuffle_input_sentence=True,
+            num_threads=2,
+            minloglevel=2,  # errors only: no training log spam
+        )
+    except RuntimeError as e:
+        found = re.search(r"Vocabulary size too high.*", str(e))
+        if found is None:
+            raise
+        raise DataError(
+            f"{name} vocabulary of {vocab_size} pieces is larger than the training data supports "
+            f"(SentencePiece: {found.group(0).strip()}); lower data.vocab_size"
+        ) from None
+    return Tokenizer(model.getvalue())

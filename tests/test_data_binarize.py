@@ -1,0 +1,119 @@
+"""prepare_data: binarized splits, train-only filtering, the summary, and cache reuse."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from mt.config import DataConfig
+from mt.data import DataError, PreparedData, prepare_data
+
+PAIRS = [
+    ("a small house", "a small house"),  # same text both sides: ratio 1
+    ("", "leer"),  # empty source
+    (" ".join(["word"] * 60), " ".join(["Wort"] * 60)),  # too long for max_len=50
+    ("yes", " ".join(["ja"] * 15)),  # length ratio above 3 (at most 4 pieces vs at least 15)
+    ("the red ball", "the red ball"),
+]
+
+
+def _val_cfg(multi30k_dir: Path, cache: Path, **kw: object) -> DataConfig:
+    cfg = DataConfig(
+        source="files", dir=str(multi30k_dir), train_prefix="val", valid_prefix="val",
+        test_prefix="test_2016_flickr", vocab_size=1000, cache_dir=str(cache),
+    )  # fmt: skip
+    return replace(cfg, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def data(multi30k_dir: Path, cache: Path) -> PreparedData:
+    return prepare_data(_val_cfg(multi30k_dir, cache))
+
+
+def test_splits_ids_lengths_and_text(data: PreparedData, cache: Path) -> None:
+    assert set(data.splits) == {"train", "valid", "test"}
+    valid, test = data.splits["valid"], data.splits["test"]
+    assert (len(valid), len(test)) == (1014, 1000)
+    assert valid.name == "valid"
+    assert valid.src_lens.dtype == torch.long and valid.src_lens.shape == (1014,)
+    tok = data.tokenizers
+    assert tok.joint and tok.src is tok.tgt
+    for i in (0, 517, 1013):
+        assert valid.src_ids(i) == tok.src.encode(valid.src_text[i])
+        assert valid.tgt_ids(i) == tok.tgt.encode(valid.tgt_text[i])
+        assert valid.src_lens[i] == len(valid.src_ids(i)) and valid.tgt_lens[i] == len(valid.tgt_ids(i))
+    assert valid.src_text[0] == "A group of men are loading cotton onto a truck"
+    assert test.tgt_text[-1] == list(test.tgt_text)[-1]
+    assert data.cache_dir.parent == cache and (data.cache_dir / "tokenizer" / "spm.model").is_file()
+
+
+def test_second_call_reuses_tokenizer_and_splits(
+    data: PreparedData,
+    multi30k_dir: Path,
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("re-trained or re-encoded although the cache was valid")
+
+    monkeypatch.setattr("mt.data.binarize.train_tokenizers", fail)
+    monkeypatch.setattr("mt.data.binarize.binarize_split", fail)
+    again = prepare_data(_val_cfg(multi30k_dir, cache))
+    assert again.cache_dir == data.cache_dir
+    assert again.tokenizers.src.model_proto == data.tokenizers.src.model_proto
+    assert torch.equal(again.splits["test"].tgt_lens, data.splits["test"].tgt_lens)
+    assert capsys.readouterr().out.count("(cached)") == 3
+    with pytest.raises(AssertionError, match="re-trained"):  # other tokenizer settings: a new fingerprint
+        prepare_data(_val_cfg(multi30k_dir, cache, vocab_size=800))
+
+
+def test_separate_vocabularies(multi30k_dir: Path, cache: Path) -> None:
+    data = prepare_data(_val_cfg(multi30k_dir, cache, joint_vocab=False, vocab_size=600), splits=("valid",))
+    src, tgt = data.tokenizers.src, data.tokenizers.tgt
+    assert not data.tokenizers.joint and src is not tgt and src.model_proto != tgt.model_proto
+    valid = data.splits["valid"]
+    assert all(src.decode(valid.src_ids(i)) == valid.src_text[i] for i in range(len(valid)))
+    assert all(tgt.decode(valid.tgt_ids(i)) == valid.tgt_text[i] for i in range(len(valid)))
+
+
+def test_filtering_train_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for prefix in ("train", "valid", "test"):
+        (tmp_path / f"{prefix}.en").write_text("".join(s + "\n" for s, _ in PAIRS))
+        (tmp_path / f"{prefix}.de").write_text("".join(t + "\n" for _, t in PAIRS))
+    cfg = DataConfig(source="files", dir=str(tmp_path), valid_prefix="valid", vocab_size=40, max_len=50,
+                     max_len_ratio=3.0, cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    data = prepare_data(cfg)
+    lens = [(len(data.tokenizers.src.encode(s)), len(data.tokenizers.tgt.encode(t))) for s, t in PAIRS]
+    assert lens[1][0] == 0 and min(lens[2]) > 50 and 3 * min(lens[3]) < max(lens[3]) <= 50
+    train = data.splits["train"]
+    assert list(train.src_text) == ["a small house", "the red ball"]
+    assert len(data.splits["valid"]) == len(data.splits["test"]) == len(PAIRS)
+    assert "3 (empty 1, too_long 1, ratio 1)" in capsys.readouterr().out
+
+
+def test_vocab_too_large_through_prepare_data(tmp_path: Path) -> None:
+    for side, text in (("en", "one two"), ("de", "eins zwei")):
+        (tmp_path / f"train.{side}").write_text(text + "\n")
+    cfg = DataConfig(source="files", dir=str(tmp_path), vocab_size=8000, cache_dir=str(tmp_path / "c"))
+    with pytest.raises(DataError, match="vocabulary of 8000 pieces is larger than the training data supports"):
+        prepare_data(cfg, splits=("train",))
+
+
+def test_parallel_binarization_matches_single_process(
+    data: PreparedData, multi30k_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("mt.data.binarize._PARALLEL_MIN_ROWS", 1)  # val is small: force num_proc=2
+    parallel = prepare_data(_val_cfg(multi30k_dir, tmp_path, num_workers=2), splits=("test",)).splits["test"]
+    single = data.splits["test"]
+    assert torch.equal(parallel.src_lens, single.src_lens) and torch.equal(parallel.tgt_lens, single.tgt_lens)
+    assert all(parallel.tgt_ids(i) == single.tgt_ids(i) for i in range(len(single)))
+    assert list(parallel.src_text) == list(single.src_text)

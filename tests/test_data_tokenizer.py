@@ -1,0 +1,72 @@
+"""SentencePiece tokenizers: exact round trip on Multi30k val, special ids, joint/separate, errors."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from mt.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataError, Tokenizer, Tokenizers, train_tokenizer
+from mt.data.tokenizer import BYTE_FALLBACK_MIN_VOCAB
+
+
+def _lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+@pytest.fixture(scope="module")
+def val(multi30k_dir: Path) -> tuple[list[str], list[str]]:
+    return _lines(multi30k_dir / "val.en.gz"), _lines(multi30k_dir / "val.de.gz")
+
+
+@pytest.fixture(scope="module")
+def joint(val: tuple[list[str], list[str]]) -> Tokenizer:
+    en, de = val
+    return train_tokenizer(iter(en + de), 1000)
+
+
+def test_round_trip_every_val_line(joint: Tokenizer, val: tuple[list[str], list[str]]) -> None:
+    en, de = val
+    bad = [x for x in en + de if joint.decode(joint.encode(x)) != x]
+    assert bad == []
+    assert joint.decode(joint.encode("  two  spaces, trailing space ")) == "  two  spaces, trailing space "
+
+
+def test_special_ids_and_sizes(joint: Tokenizer) -> None:
+    assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert [joint.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    ids = joint.encode("A man sleeping in a green room.")
+    assert ids and not {PAD_ID, BOS_ID, EOS_ID} & set(ids)
+    assert joint.decode([BOS_ID, *ids, EOS_ID, PAD_ID, PAD_ID]) == "A man sleeping in a green room."
+    assert joint.decode([*ids, joint.vocab_size + 3]) == "A man sleeping in a green room."  # embedding padding ids
+    assert joint.vocab_size == 1000 and joint.padded_vocab_size == 1000
+    odd = Tokenizer.from_proto(train_tokenizer(iter(["ab cd ef"] * 20), 13).model_proto)
+    assert (odd.vocab_size, odd.padded_vocab_size) == (13, 16)
+
+
+def test_proto_and_file_round_trip(joint: Tokenizer, tmp_path: Path) -> None:
+    again = Tokenizer.from_proto(joint.model_proto)
+    joint.save(tmp_path / "x.model")
+    loaded = Tokenizer.load(tmp_path / "x.model")
+    text = "Zwei Männer stehen am Herd."
+    assert again.encode(text) == loaded.encode(text) == joint.encode(text)
+    pair = Tokenizers(joint, joint, joint=True)
+    pair.save(tmp_path / "tok")
+    reloaded = Tokenizers.load(tmp_path / "tok")
+    assert reloaded.joint and reloaded.src is reloaded.tgt and reloaded.src.model_proto == joint.model_proto
+
+
+def test_byte_fallback_round_trips_unseen_characters(val: tuple[list[str], list[str]]) -> None:
+    en, de = val
+    big = train_tokenizer(iter(en + de), BYTE_FALLBACK_MIN_VOCAB)
+    for text in ("日本語 naïve — Ωmega ✓", "emoji 🙂 end"):
+        assert big.decode(big.encode(text)) == text
+    small = train_tokenizer(iter(en + de), 500)  # too small to spend 256 pieces on bytes: UNK instead
+    assert UNK_ID in small.encode("日本")
+
+
+def test_vocab_too_large_is_a_clear_error() -> None:
+    with pytest.raises(DataError, match=r"joint vocabulary of 5000 pieces is larger than the training data.*<= \d+"):
+        train_tokenizer(iter(["a tiny corpus", "of two lines"] * 10), 5000)

@@ -1,0 +1,187 @@
+"""Beam search over (sentences x beams) as one tensor program, with a KV cache.
+
+Layout: the B' sentences still being decoded each own K consecutive rows, so every per-row tensor is
+(B'*K, ...) and row ``i * K + k`` is beam k of active sentence i. One step:
+
+1. ``model.decode`` the last token of every row with the cache -> float32 log-probs (B'*K, V);
+   PAD/BOS banned, only EOS allowed once a sentence reaches its maximum length.
+2. Candidates: cumulative log-prob of each beam plus each next token, (B', K*V); keep the best 2K.
+   At step 0 all K beams are the same ``[BOS]`` prefix, so beams 1..K-1 start at -inf and only the
+   first one expands (else the beam would hold K copies of one hypothesis).
+3. EOS candidates among the top K become finished hypotheses (an EOS ranked below K would not have
+   entered the beam either); the live beam is the best K candidates that are *not* EOS. A beam has
+   at most K EOS candidates (one per beam), so the 2K candidates always hold K live ones: finished
+   hypotheses never starve the beam (fairseq's ``cand_size = 2 * beam``).
+4. Sentences that are done leave the batch; one index (surviving sentences x parent beams) reorders
+   the token history and, in exactly one place, the decoder cache.
+
+Scores: ``score = logprob / lp(|Y|)`` with |Y| = pieces + EOS (``mt.decode.length_penalty``).
+
+Stopping rule, per sentence. It is done as soon as one of these holds:
+
+(a) it reached its maximum length (only EOS was allowed, every live beam finished);
+(b) it has ``beam_size`` finished hypotheses (fairseq's rule; this is what makes ``beam_size = 1``
+    exactly greedy search: the first time EOS is the best candidate, decoding stops);
+(c) its ``nbest``-th best finished score cannot be beaten by any continuation of a live beam.
+
+The bound for (c): a live beam with cumulative log-prob ``s <= 0`` after ``t`` pieces can only end
+with a log-prob ``<= s`` (log-probs are <= 0) and a length L in ``[t + 1, max_len + 1]`` (EOS
+counted), so its final score is ``<= s / lp(L) <= s / max_L lp(L)``. Both penalties are monotone in L,
+so ``max_L lp(L)`` is ``lp(max_len + 1)`` for ``alpha >= 0`` (the denominator can still grow, which
+makes the bound loose and (c) rare: only the longest reachable length is safe) and ``lp(t + 1)`` for
+``alpha < 0`` (the penalty only shrinks; for ``none`` it is 1 and the bound is simply ``s``). Since
+the beam is sorted, the best live ``s`` bounds them all. (c) never changes the output relative to
+(a) + (b); it only saves steps, e.g. when the best hypothesis is far ahead of the live ones.
+Note that (b), like fairseq, may stop before a longer hypothesis that would score better under a
+length penalty with ``alpha > 0``; that is the standard beam search the published numbers use.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from mt.config import DecodeConfig
+from mt.decode.common import (
+    EOS_ID,
+    NEG_INF,
+    DecodableModel,
+    Hypothesis,
+    force_eos_,
+    log_probs,
+    max_output_lengths,
+    start_tokens,
+)
+from mt.decode.length_penalty import check_penalty, length_penalty_scalar
+
+
+class _Finished:
+    """Per-sentence finished hypotheses (Python bookkeeping, as in fairseq's ``finalize_hypos``)."""
+
+    def __init__(self, n_sentences: int, cfg: DecodeConfig, max_len: list[int]) -> None:
+        self.hyps: list[list[Hypothesis]] = [[] for _ in range(n_sentences)]
+        self.cfg = cfg
+        self.max_len = max_len
+
+    def add(self, sent: int, tokens: list[int], logprob: float) -> None:
+        """Record ``tokens`` (pieces, no EOS) ended by EOS; ignored once the sentence has K of them."""
+        if len(self.hyps[sent]) < self.cfg.beam_size:
+            lp = length_penalty_scalar(len(tokens) + 1, self.cfg.length_penalty, self.cfg.alpha)
+            self.hyps[sent].append(Hypothesis(tokens, logprob / lp, logprob))
+
+    def is_done(self, sent: int, step: int, best_live: float) -> bool:
+        """The stopping rule (a)-(c) of the module docstring, after ``step`` (0-based) was decoded."""
+        hyps, cfg = self.hyps[sent], self.cfg
+        if step >= self.max_len[sent] or len(hyps) >= cfg.beam_size or best_live == NEG_INF:
+            return True
+        if len(hyps) < cfg.nbest:
+            return False
+        nth_best = sorted((h.score for h in hyps), reverse=True)[cfg.nbest - 1]
+        # live beams hold step + 1 pieces, so they end with a length in [step + 2, max_len + 1]; lp is
+        # monotone, so its largest value over that range is at one of the two ends
+        ends = (step + 2, self.max_len[sent] + 1)
+        best_lp = max(length_penalty_scalar(n, cfg.length_penalty, cfg.alpha) for n in ends)
+        return nth_best >= best_live / best_lp
+
+    def nbest(self, sent: int) -> list[Hypothesis]:
+        return sorted(self.hyps[sent], key=lambda h: h.score, reverse=True)[: self.cfg.nbest]
+
+
+def _select_candidates(scores: Tensor, lprobs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Top 2K continuations per sentence.
+
+    scores (B', K) cumulative log-probs, lprobs (B'*K, V) -> (cand_scores, cand_beam, cand_tok), each
+    (B', 2K), best first.
+    """
+    n, vocab = scores.size(0), lprobs.size(-1)
+    cand = (scores.unsqueeze(2) + lprobs.view(n, beam, vocab)).view(n, beam * vocab)  # (B', K*V)
+    cand_scores, cand_idx = cand.topk(min(2 * beam, beam * vocab), dim=1)  # (B', 2K)
+    return cand_scores, cand_idx // vocab, cand_idx % vocab
+
+
+def _live_positions(cand_tok: Tensor, beam: int) -> Tensor:
+    """Positions (B', K) of the best K non-EOS candidates, in rank order (EOS pushed past the end)."""
+    n_cand = cand_tok.size(1)
+    rank = torch.arange(n_cand, device=cand_tok.device) + (cand_tok == EOS_ID).long() * n_cand  # (B', 2K)
+    return rank.topk(beam, dim=1, largest=False).indices  # (B', K)
+
+
+def _finalize(
+    finished: _Finished,
+    active: list[int],
+    tokens: Tensor,
+    cand_scores: Tensor,
+    cand_beam: Tensor,
+    cand_tok: Tensor,
+    beam: int,
+) -> None:
+    """Turn finite EOS candidates among the top K into finished hypotheses (best first)."""
+    top_eos = (cand_tok[:, :beam] == EOS_ID) & cand_scores[:, :beam].isfinite()  # (B', K)
+    if not bool(top_eos.any()):
+        return
+    rows, pos = top_eos.nonzero(as_tuple=True)  # rank order within each sentence
+    parents = rows * beam + cand_beam[rows, pos]
+    histories = tokens.index_select(0, parents)[:, 1:].tolist()  # drop BOS
+    for row, history, logprob in zip(rows.tolist(), histories, cand_scores[rows, pos].tolist(), strict=True):
+        finished.add(active[row], history, logprob)
+
+
+@torch.inference_mode()
+def beam_search(
+    model: DecodableModel,
+    src: Tensor,
+    src_pad_mask: Tensor,
+    cfg: DecodeConfig,
+    *,
+    max_positions: int | None = None,
+    vocab_size: int | None = None,
+) -> list[list[Hypothesis]]:
+    """n-best lists (best first, ``cfg.nbest`` each) for src (B, S) with src_pad_mask (B, S).
+
+    Uses ``cfg.beam_size``, ``nbest``, ``length_penalty``, ``alpha``, ``max_len_a``, ``max_len_b``;
+    ``max_positions`` (the model's position limit) caps the output length; ids ``>= vocab_size`` (the
+    tokenizer's size) are never generated. See the module docstring
+    for the algorithm and the stopping rule.
+    """
+    check_penalty(cfg.length_penalty)
+    if not 1 <= cfg.nbest <= cfg.beam_size:
+        raise ValueError(f"need 1 <= nbest <= beam_size, got nbest={cfg.nbest}, beam_size={cfg.beam_size}")
+    beam, n_sent, device = cfg.beam_size, src.size(0), src.device
+    max_len = max_output_lengths(src_pad_mask, cfg, max_positions)
+    finished = _Finished(n_sent, cfg, max_len)
+
+    enc = model.encode(src, src_pad_mask)
+    enc.reorder(torch.arange(n_sent, device=device).repeat_interleave(beam))  # (B*K, S, D)
+    cache = model.new_cache()
+    active = list(range(n_sent))  # original sentence of each group of K rows
+    tokens = start_tokens(n_sent * beam, device)  # (B'*K, t + 1) with BOS first
+    scores = torch.full((n_sent, beam), NEG_INF, device=device)  # (B', K)
+    scores[:, 0] = 0.0  # step 0 expands only the first beam
+
+    for step in range(max(max_len) + 1):
+        lprobs = log_probs(model.decode(tokens[:, -1:], enc, cache), vocab_size)  # (B'*K, V)
+        if step >= min(max_len[s] for s in active):
+            at_limit = torch.tensor([step >= max_len[s] for s in active], device=device)  # (B',)
+            force_eos_(lprobs, at_limit.repeat_interleave(beam))
+        cand_scores, cand_beam, cand_tok = _select_candidates(scores, lprobs, beam)  # (B', 2K) each
+        _finalize(finished, active, tokens, cand_scores, cand_beam, cand_tok, beam)
+
+        live = _live_positions(cand_tok, beam)  # (B', K)
+        scores = cand_scores.gather(1, live)  # (B', K), sorted best first
+        parents = cand_beam.gather(1, live) + torch.arange(len(active), device=device).unsqueeze(1) * beam
+        new_tok = cand_tok.gather(1, live)  # (B', K)
+
+        best_live = scores[:, 0].tolist()  # the beam is sorted: its first entry bounds the others
+        done = [finished.is_done(s, step, best) for s, best in zip(active, best_live, strict=True)]
+        if all(done):
+            break
+        if any(done):  # finished sentences leave the batch
+            keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)  # (B'',)
+            active = [s for s, d in zip(active, done, strict=True) if not d]
+            scores, parents, new_tok = scores[keep], parents[keep], new_tok[keep]
+            enc.reorder((keep.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(-1))
+        index = parents.view(-1)  # (B''*K,) rows of the current batch to continue from
+        cache.reorder(index)  # the one place the cache follows the beams
+        tokens = torch.cat([tokens.index_select(0, index), new_tok.view(-1, 1)], dim=1)  # (B''*K, t + 2)
+
+    return [finished.nbest(s) for s in range(n_sent)]

@@ -1,0 +1,113 @@
+"""What every search strategy shares: the result type, the model protocol, length limits, masking.
+
+Conventions (docs/ARCHITECTURE.md): the source is ``pieces + [EOS]`` padded with PAD; decoding starts
+from ``[BOS]`` and stops at ``EOS``. B sentences, K beams, V target vocabulary.
+
+Maximum output length: ``max_len = floor(a * |src| + b)`` pieces, where ``|src|`` is the number of
+source pieces *without* its EOS and ``a, b = cfg.max_len_a, cfg.max_len_b``; it is at least 1 and at
+most ``max_positions - 1`` (the decoder input ``[BOS] + pieces`` must fit the model's positions). A
+hypothesis holds at most ``max_len`` pieces: at step ``max_len`` only EOS is allowed.
+
+Scores: log-probs are taken in float32 (``log_softmax`` of the float32 logits); PAD, BOS and the
+embedding's padding ids (``>= vocab_size`` when the search is given the tokenizer's size) are never
+generated (their log-probs are set to -inf *after* the softmax, without renormalising, so a reported
+log-prob is the model's own); UNK is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from mt.config import DecodeConfig
+from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = -math.inf
+
+
+@dataclass
+class Hypothesis:
+    """One output: ``tokens`` (pieces, no BOS, no EOS), ``score`` (length-penalised), ``logprob`` (sum)."""
+
+    tokens: list[int]
+    score: float
+    logprob: float
+
+
+class Reorderable(Protocol):
+    def reorder(self, index: Tensor) -> object: ...
+
+
+class DecodableModel(Protocol):
+    """The part of ``Seq2SeqTransformer`` that search uses (a scripted test model implements it too)."""
+
+    def encode(self, src: Tensor, src_pad_mask: Tensor) -> Reorderable: ...
+
+    def new_cache(self) -> Reorderable: ...
+
+    def decode(self, tgt_in: Tensor, enc: Reorderable, cache: Reorderable | None = None) -> Tensor: ...
+
+
+def source_lengths(src_pad_mask: Tensor) -> Tensor:
+    """Source pieces per sentence, EOS excluded: (B, S) bool -> (B,) long."""
+    return (~src_pad_mask).sum(dim=1) - 1
+
+
+def max_output_lengths(
+    src_pad_mask: Tensor, cfg: DecodeConfig, max_positions: int | None = None
+) -> list[int]:
+    """``floor(a * |src| + b)`` per sentence, clamped to ``[1, max_positions - 1]`` (see module doc)."""
+    limits = []
+    for n in source_lengths(src_pad_mask).tolist():
+        limit = max(1, math.floor(cfg.max_len_a * n + cfg.max_len_b))
+        if max_positions is not None:
+            limit = min(limit, max_positions - 1)
+        limits.append(limit)
+    return limits
+
+
+def log_probs(logits: Tensor, vocab_size: int | None = None) -> Tensor:
+    """Next-token log-probs in float32 with PAD/BOS banned: logits (N, 1, V) -> (N, V).
+
+    ``vocab_size``: the tokenizer's real vocabulary; ids at or past it (the embedding's rounding to a
+    multiple of 8) are banned too.
+    """
+    lprobs = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (N, V)
+    lprobs[:, PAD_ID] = NEG_INF
+    lprobs[:, BOS_ID] = NEG_INF
+    if vocab_size is not None:
+        lprobs[:, vocab_size:] = NEG_INF
+    return lprobs
+
+
+def force_eos_(lprobs: Tensor, rows: Tensor) -> Tensor:
+    """In place: rows where ``rows`` (N,) bool is True may only produce EOS (its log-prob is kept)."""
+    eos = lprobs[:, EOS_ID].clone()  # (N,)
+    lprobs.masked_fill_(rows.unsqueeze(1), NEG_INF)
+    lprobs[:, EOS_ID] = eos
+    return lprobs
+
+
+def start_tokens(n: int, device: torch.device) -> Tensor:
+    """The decoder's first input, ``[BOS]`` per row: (n, 1) long."""
+    return torch.full((n, 1), BOS_ID, dtype=torch.long, device=device)
+
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "NEG_INF",
+    "PAD_ID",
+    "DecodableModel",
+    "Hypothesis",
+    "Reorderable",
+    "force_eos_",
+    "log_probs",
+    "max_output_lengths",
+    "source_lengths",
+    "start_tokens",
+]

@@ -1,0 +1,98 @@
+"""Greedy decoding: the single best next token at every step, batched, with the KV cache.
+
+``decode_single_path`` is the loop shared with sampling (``mt.decode.sampling``): one hypothesis per
+sentence, a ``choose`` function picks each next token, and sentences that produced EOS leave the
+batch (cache and encoder output reordered to drop them). Output length limits, scores and masking as
+in ``mt.decode.common``; the score is ``logprob / lp(|Y|)`` as in beam search, so ``beam_size = 1``
+reports exactly what greedy reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from mt.config import DecodeConfig
+from mt.decode.common import (
+    EOS_ID,
+    DecodableModel,
+    Hypothesis,
+    force_eos_,
+    log_probs,
+    max_output_lengths,
+    start_tokens,
+)
+from mt.decode.length_penalty import check_penalty, length_penalty_scalar
+
+# (B', V) float32 log-probs -> (B',) chosen token ids
+Chooser = Callable[[Tensor], Tensor]
+
+
+def decode_single_path(
+    model: DecodableModel,
+    src: Tensor,
+    src_pad_mask: Tensor,
+    cfg: DecodeConfig,
+    choose: Chooser,
+    max_positions: int | None = None,
+    vocab_size: int | None = None,
+) -> list[list[Hypothesis]]:
+    """One hypothesis per sentence of src (B, S), each next token picked by ``choose``.
+
+    ``max_positions`` caps the output length; ids ``>= vocab_size`` are never generated.
+    """
+    check_penalty(cfg.length_penalty)
+    n_sent, device = src.size(0), src.device
+    max_len = max_output_lengths(src_pad_mask, cfg, max_positions)
+    limit = torch.tensor(max_len, device=device)  # (B',)
+    enc = model.encode(src, src_pad_mask)
+    cache = model.new_cache()
+    active = torch.arange(n_sent, device=device)  # (B',) original sentence of each row
+    tokens = start_tokens(n_sent, device)  # (B', t + 1)
+    logprob = torch.zeros(n_sent, device=device)  # (B',)
+    results: list[list[Hypothesis]] = [[] for _ in range(n_sent)]
+
+    for step in range(max(max_len) + 1):
+        lprobs = log_probs(model.decode(tokens[:, -1:], enc, cache), vocab_size)  # (B', V)
+        at_limit = step >= limit  # (B',)
+        if bool(at_limit.any()):
+            force_eos_(lprobs, at_limit)
+        tok = choose(lprobs)  # (B',)
+        logprob = logprob + lprobs.gather(1, tok.unsqueeze(1)).squeeze(1)
+        tokens = torch.cat([tokens, tok.unsqueeze(1)], dim=1)  # (B', t + 2)
+        ended = tok == EOS_ID  # (B',)
+        if not bool(ended.any()):
+            continue
+        rows = ended.nonzero().squeeze(1)
+        for sent, history, lp_sum in zip(
+            active[rows].tolist(), tokens[rows, 1:-1].tolist(), logprob[rows].tolist(), strict=True
+        ):
+            lp = length_penalty_scalar(len(history) + 1, cfg.length_penalty, cfg.alpha)
+            results[sent] = [Hypothesis(history, lp_sum / lp, lp_sum)]
+        keep = (~ended).nonzero().squeeze(1)  # (B'',)
+        if keep.numel() == 0:
+            break
+        cache.reorder(keep)
+        enc.reorder(keep)
+        active, tokens, logprob, limit = active[keep], tokens[keep], logprob[keep], limit[keep]
+    return results
+
+
+def _argmax(lprobs: Tensor) -> Tensor:
+    return lprobs.argmax(dim=-1)  # (B',)
+
+
+@torch.inference_mode()
+def greedy_search(
+    model: DecodableModel,
+    src: Tensor,
+    src_pad_mask: Tensor,
+    cfg: DecodeConfig,
+    *,
+    max_positions: int | None = None,
+    vocab_size: int | None = None,
+) -> list[list[Hypothesis]]:
+    """The greedy output of each sentence of src (B, S), as a one-element n-best list."""
+    return decode_single_path(model, src, src_pad_mask, cfg, _argmax, max_positions, vocab_size)

@@ -1,0 +1,49 @@
+"""Pick the search strategy named by ``cfg.strategy`` (beam | greedy | sample)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from mt.config import DecodeConfig
+from mt.decode.beam import beam_search
+from mt.decode.common import DecodableModel, Hypothesis
+from mt.decode.greedy import greedy_search
+from mt.decode.sampling import sample
+
+STRATEGIES = ("beam", "greedy", "sample")
+
+
+def check_strategy(name: str) -> None:
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown decoding strategy {name!r}; expected one of {', '.join(STRATEGIES)}")
+
+
+def search(
+    model: DecodableModel,
+    src: Tensor,
+    src_pad_mask: Tensor,
+    cfg: DecodeConfig,
+    *,
+    max_positions: int | None = None,
+    vocab_size: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[list[Hypothesis]]:
+    """Decode src (B, S) with ``cfg.strategy``: one n-best list per sentence, best first.
+
+    ``max_positions``: the model's position limit (caps the output length); ``vocab_size``: the target
+    tokenizer's size (ids at or past it are embedding padding and never generated); ``generator``:
+    the random source of ``sample`` (default: seeded with ``cfg.seed`` per call).
+    """
+    check_strategy(cfg.strategy)
+    limits = dict(max_positions=max_positions, vocab_size=vocab_size)
+    if cfg.strategy == "beam":
+        return beam_search(model, src, src_pad_mask, cfg, **limits)
+    if cfg.strategy == "greedy":
+        return greedy_search(model, src, src_pad_mask, cfg, **limits)
+    return sample(model, src, src_pad_mask, cfg, generator=generator, **limits)
+
+
+def rows_per_sentence(cfg: DecodeConfig) -> int:
+    """Decoder rows one sentence occupies (the beam for beam search), for token budgets."""
+    return cfg.beam_size if cfg.strategy == "beam" else 1

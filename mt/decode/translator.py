@@ -1,0 +1,159 @@
+"""``Translator``: text lines in, translations out, batched by tokens and returned in input order.
+
+Per call: tokenize every line (an empty or all-whitespace line is answered with an empty line and
+never reaches the model), truncate or reject sources longer than ``max_src_len`` pieces, sort by
+length so batches hold similar lengths (little padding), cut batches with ``mt.data.batch_by_tokens``
+under ``cfg.max_tokens`` (source tokens incl. EOS x rows per sentence, i.e. x beam for beam search) and
+``cfg.max_sentences``, decode each with ``mt.decode.search``, and put the results back in input order.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from mt.config import DecodeConfig
+from mt.data import batch_by_tokens
+from mt.decode.common import EOS_ID, PAD_ID, Hypothesis
+from mt.decode.length_penalty import check_penalty
+from mt.decode.search import check_strategy, rows_per_sentence, search
+
+
+@dataclass
+class Translation:
+    """The n-best of one input line, best first (both lists empty for an empty line)."""
+
+    hypotheses: list[Hypothesis]
+    texts: list[str]  # detokenized hypotheses, same order
+    src_tokens: int  # source pieces fed to the model (after truncation), EOS excluded
+
+    @property
+    def text(self) -> str:
+        return self.texts[0] if self.texts else ""
+
+    @property
+    def tgt_tokens(self) -> int:
+        """Tokens the model generated for the best hypothesis: its pieces plus EOS (0 for an empty line)."""
+        return len(self.hypotheses[0].tokens) + 1 if self.hypotheses else 0
+
+
+def collate_sources(sources: Sequence[list[int]], device: torch.device | str) -> tuple[Tensor, Tensor]:
+    """``pieces + [EOS]`` per sentence, right-padded: -> src (B, S) long, src_pad_mask (B, S) bool."""
+    width = max(len(ids) for ids in sources) + 1
+    src = torch.full((len(sources), width), PAD_ID, dtype=torch.long)
+    for row, ids in enumerate(sources):
+        src[row, : len(ids) + 1] = torch.tensor([*ids, EOS_ID], dtype=torch.long)
+    src = src.to(device)
+    return src, src == PAD_ID
+
+
+class Translator:
+    """Translate text with a trained model (in eval mode while translating, under inference_mode).
+
+    Args:
+        model: a ``Seq2SeqTransformer`` (or anything with its encode/new_cache/decode).
+        tokenizers: ``mt.data.Tokenizers``; ``src.encode`` and ``tgt.decode`` are used.
+        cfg: search settings (strategy, beam, length penalty, limits, batching budget).
+        device: where the model runs.
+        max_positions: the model's position limit (``ModelConfig.max_positions``); caps output lengths.
+        max_src_len: longest source in pieces (EOS excluded); default ``max_positions - 1``, or no limit.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizers,
+        cfg: DecodeConfig,
+        device: torch.device | str = "cpu",
+        *,
+        max_positions: int | None = None,
+        max_src_len: int | None = None,
+    ) -> None:
+        check_strategy(cfg.strategy)
+        check_penalty(cfg.length_penalty)
+        if cfg.on_too_long not in ("truncate", "reject"):
+            raise ValueError(f"on_too_long must be truncate or reject, got {cfg.on_too_long!r}")
+        self.model = model.to(device)
+        self.tokenizers = tokenizers
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.max_positions = max_positions
+        if max_src_len is None and max_positions is not None:
+            max_src_len = max_positions - 1  # the source's EOS takes a position too
+        self.max_src_len = max_src_len
+
+    def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:
+        """The best translation of every line, in input order (empty line -> empty line)."""
+        return [t.text for t in self.translate_nbest(lines, progress)]
+
+    def translate_nbest(self, lines: Sequence[str], progress: bool = False) -> list[Translation]:
+        """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line."""
+        sources = self.encode_lines(lines)
+        results = [Translation([], [], 0) for _ in lines]
+        todo = [i for i, ids in enumerate(sources) if ids]
+        generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
+        was_training = self.model.training
+        self.model.eval()  # no dropout; restored below, so validation inside training is safe
+        try:
+            with torch.inference_mode(), tqdm(
+                total=len(todo), unit="sent", disable=not progress, file=sys.stderr
+            ) as bar:
+                for batch in self._batches(todo, sources):
+                    for i, translation in zip(batch, self._translate_batch(sources, batch, generator), strict=True):
+                        results[i] = translation
+                    bar.update(len(batch))
+        finally:
+            self.model.train(was_training)
+        return results
+
+    def _translate_batch(
+        self, sources: list[list[int]], batch: list[int], generator: torch.Generator
+    ) -> list[Translation]:
+        """Decode the sources of line indices ``batch`` as one padded batch."""
+        batch_sources = [sources[i] for i in batch]
+        src, src_pad_mask = collate_sources(batch_sources, self.device)  # (B, S) each
+        nbests = search(
+            self.model,
+            src,
+            src_pad_mask,
+            self.cfg,
+            max_positions=self.max_positions,
+            vocab_size=self.tokenizers.tgt.vocab_size,
+            generator=generator,
+        )
+        return [
+            Translation(hyps, [self.tokenizers.tgt.decode(h.tokens) for h in hyps], len(ids))
+            for ids, hyps in zip(batch_sources, nbests, strict=True)
+        ]
+
+    def encode_lines(self, lines: Sequence[str]) -> list[list[int]]:
+        """Source pieces per line ([] for an empty line), too-long ones truncated or rejected."""
+        sources = []
+        for number, line in enumerate(lines, start=1):
+            ids = self.tokenizers.src.encode(line) if line.strip() else []
+            limit = self.max_src_len
+            if limit is not None and len(ids) > limit:
+                what = f"line {number}: {len(ids)} source pieces, more than the model's {limit}"
+                if self.cfg.on_too_long == "reject":
+                    raise ValueError(f"{what} (on_too_long=reject)")
+                warnings.warn(f"{what}; truncated to {limit}", stacklevel=2)
+                ids = ids[:limit]
+            sources.append(ids)
+        return sources
+
+    def _batches(self, todo: list[int], sources: list[list[int]]) -> list[list[int]]:
+        """``todo`` (line indices) sorted by source length and cut under the token/sentence budget.
+
+        A sentence that alone exceeds ``cfg.max_tokens`` is decoded in a batch of its own.
+        """
+        budget, rows = self.cfg.max_tokens, rows_per_sentence(self.cfg)
+        cost = {i: (len(sources[i]) + 1) * rows for i in todo}  # EOS included, x beam
+        fits = [i for i in todo if cost[i] <= budget]
+        batches = batch_by_tokens([cost[i] for i in fits], budget, self.cfg.max_sentences)
+        return [[fits[j] for j in batch] for batch in batches] + [[i] for i in todo if cost[i] > budget]

@@ -23,6 +23,7 @@ class DemoConfig:
     test_size: int = 1000
     min_number: int = 0
     max_number: int = 999_999
+    max_numbers_per_line: int = 3  # each line lists 1..k numbers ("; "-separated), so BLEU has n-grams
     seed: int = 1
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from mt.config import DataConfig, DemoConfig, HubConfig
 from mt.data import DataError, demo_numbers, open_split, prepare_data, write_demo_corpus
-from mt.data.demo import demo_pair
+from mt.data.demo import demo_line, demo_pair
 
 PAIRS = [("Hello world.", "Hallo Welt."), ("Two dogs run.", "Zwei Hunde rennen."), ("Ünïcödé ✓", "Ünïcödé ✓")]
 
@@ -161,7 +161,9 @@ def test_hub_path_with_load_dataset_on_local_json_dir(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------------------------- demo
 
-SMALL_DEMO = DemoConfig(train_size=300, valid_size=40, test_size=40, min_number=0, max_number=2000, seed=7)
+SMALL_DEMO = DemoConfig(
+    train_size=300, valid_size=40, test_size=40, min_number=0, max_number=2000, max_numbers_per_line=1, seed=7
+)
 
 
 def test_demo_pair() -> None:
@@ -176,7 +178,7 @@ def test_demo_corpus_deterministic_and_disjoint_by_number(tmp_path: Path) -> Non
     assert files == [f"{s}.{lang}" for s in ("test", "train", "valid") for lang in ("de", "en")]
     assert all((first / f).read_bytes() == (second / f).read_bytes() for f in files)
 
-    numbers = demo_numbers(SMALL_DEMO)
+    numbers = {k: [n for (n,) in lines] for k, lines in demo_numbers(SMALL_DEMO).items()}  # one per line
     assert {k: len(v) for k, v in numbers.items()} == {"train": 300, "valid": 40, "test": 40}
     sets = {k: set(v) for k, v in numbers.items()}
     assert sum(map(len, sets.values())) == len(set.union(*sets.values())) == 380  # disjoint, no repeats
@@ -184,6 +186,17 @@ def test_demo_corpus_deterministic_and_disjoint_by_number(tmp_path: Path) -> Non
     assert numbers != demo_numbers(replace(SMALL_DEMO, seed=8))
     english = (first / "valid.en").read_text().splitlines()
     assert english == [demo_pair(n)[0] for n in numbers["valid"]]
+
+
+def test_demo_lines_list_several_numbers_disjoint_across_splits() -> None:
+    cfg = replace(SMALL_DEMO, max_numbers_per_line=3)
+    lines = demo_numbers(cfg)
+    counts = [len(line) for split in lines.values() for line in split]
+    assert min(counts) == 1 and max(counts) == 3
+    numbers = {k: [n for line in v for n in line] for k, v in lines.items()}
+    union = set().union(*map(set, numbers.values()))
+    assert len(union) == sum(map(len, numbers.values()))  # no number twice, in or across splits
+    assert demo_line((21, 405)) == ("twenty-one; four hundred and five", "einundzwanzig; vierhundertfünf")
 
 
 def test_demo_too_small_range(tmp_path: Path) -> None:
@@ -195,5 +208,5 @@ def test_demo_source_end_to_end(tmp_path: Path) -> None:
     cfg = DataConfig(source="demo", demo=SMALL_DEMO, vocab_size=256, max_len=64, cache_dir=str(tmp_path))
     data = prepare_data(cfg, splits=("valid",))
     valid = data.splits["valid"]
-    assert list(valid.src_text) == [demo_pair(n)[0] for n in demo_numbers(SMALL_DEMO)["valid"]]
+    assert list(valid.src_text) == [demo_pair(n)[0] for (n,) in demo_numbers(SMALL_DEMO)["valid"]]
     assert all(data.tokenizers.tgt.decode(valid.tgt_ids(i)) == valid.tgt_text[i] for i in range(len(valid)))

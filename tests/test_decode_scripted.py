@@ -97,7 +97,7 @@ REFILL: Table = {
     (B, A): {A: 0.9, B: 0.06, EOS_ID: 0.04},
     (A, A): {EOS_ID: 0.9, A: 0.05, B: 0.05},
 }
-# EOS is the best first step and beats every live beam: stops after one step without a penalty
+# EOS is the best first step (rule (b), the top candidate ended the sentence): one step
 EARLY: Table = {(): {EOS_ID: 0.7, A: 0.2, B: 0.1}, (A,): {EOS_ID: 1.0}, (B,): {EOS_ID: 1.0}}
 # with a length limit of 2: step 1 keeps [a a] .42, [a b] .21; step 2 may only produce EOS (p .1 each)
 LIMITED: Table = {
@@ -156,7 +156,7 @@ def test_finished_hypotheses_do_not_starve_the_beam() -> None:
     assert [h.logprob for h in nbest] == pytest.approx([math.log(0.3), math.log(0.1125)], abs=1e-6)
 
 
-def test_beam_stops_when_best_finished_cannot_be_beaten() -> None:
+def test_beam_stops_when_the_top_candidate_is_eos() -> None:
     model = ScriptedModel([EARLY])
     src, mask = source([3])
     (nbest,) = beam_search(model, src, mask, cfg_of())
@@ -165,16 +165,48 @@ def test_beam_stops_when_best_finished_cannot_be_beaten() -> None:
     assert model.batch_sizes == [2]  # log .7 > log .2 (best live): no second step
 
 
-@pytest.mark.parametrize(("max_len_b", "steps"), [(2, 1), (10, 2)])
-def test_beam_bound_with_growing_penalty_uses_longest_length(max_len_b: int, steps: int) -> None:
-    # length penalty, alpha 1: finished [] scores log .7 / 1 = -0.357. The live [a] (log .2) could end
-    # with |Y| up to max_len + 1: bound log .2 / 3 = -0.536 (stop) for max_len 2 but log .2 / 11 =
-    # -0.146 (go on) for max_len 10; at step 1 [a]+EOS / [b]+EOS finish and 2 = beam finished.
-    model = ScriptedModel([EARLY])
+# the best first step is a, so rule (b) (top candidate is EOS) does not fire; [] finishes from rank 2
+LATE: Table = {(): {A: 0.5, EOS_ID: 0.4, B: 0.1}, (A,): {A: 0.45, B: 0.45, EOS_ID: 0.1}, (B,): {EOS_ID: 1.0}}
+
+
+def test_beam_bound_stops_when_no_live_beam_can_catch_up() -> None:
+    # step 0: finished [] log .4 = -0.916; live [a] -0.693 could still win: go on. step 1: the best
+    # candidates [a a], [a b] have log .225 = -1.492 < -0.916 and no penalty: stop by the bound (c).
+    model = ScriptedModel([LATE])
     src, mask = source([3])
-    (nbest,) = beam_search(model, src, mask, cfg_of(length_penalty="length", alpha=1.0, max_len_b=max_len_b))
-    assert nbest[0].tokens == []
-    assert len(model.batch_sizes) == steps
+    (nbest,) = beam_search(model, src, mask, cfg_of())
+    assert nbest[0].tokens == [] and nbest[0].logprob == pytest.approx(math.log(0.4), abs=1e-6)
+    assert model.batch_sizes == [2, 2]
+
+
+def test_beam_bound_with_growing_penalty_keeps_searching() -> None:
+    # length penalty, alpha 1: a live beam may still end with |Y| = max_len + 1 = 11, so the bound
+    # -1.492 / 11 = -0.136 cannot rule it out against -0.916; with EOS never the top candidate (p .1
+    # against .45) the search runs to the length limit: 11 decode steps.
+    model = ScriptedModel([LATE])
+    src, mask = source([3])
+    beam_search(model, src, mask, cfg_of(length_penalty="length", alpha=1.0, max_len_b=10))
+    assert model.batch_sizes == [2] * 11
+
+
+# a confident model: every runner-up (EOS included) has p .01, as under label smoothing
+CONFIDENT: Table = {
+    (): {A: 0.98, EOS_ID: 0.01, B: 0.01},
+    (A,): {A: 0.98, EOS_ID: 0.01, B: 0.01},
+    (B,): {A: 0.98, EOS_ID: 0.01, B: 0.01},
+    (A, A): {EOS_ID: 0.98, A: 0.01, B: 0.01},
+}
+
+
+def test_junk_eos_candidates_do_not_end_the_search_early() -> None:
+    # Regression (number-words demo, beam 92.1 BLEU vs greedy 99.8): with fairseq's "stop once K are
+    # finished", [] (step 0) and [a] (step 1) fill the K=2 slots and [a a] (log .94) is never reached.
+    model = ScriptedModel([CONFIDENT])
+    src, mask = source([3])
+    (nbest,) = beam_search(model, src, mask, cfg_of(beam_size=2))
+    assert nbest[0].tokens == [A, A]
+    assert nbest[0].logprob == pytest.approx(3 * math.log(0.98), abs=1e-6)
+    assert model.batch_sizes == [2, 2, 2]
 
 
 def test_beam_max_length_forces_eos() -> None:

@@ -1,9 +1,12 @@
 """The embedded offline corpus: English number words -> German number words, made with ``num2words``.
 
-``21 -> "twenty-one" / "einundzwanzig"``. Numbers are drawn without replacement from
-``[min_number, max_number]`` by ``random.Random(seed)`` (never the global RNG), so the corpus is identical
-across runs for one seed and the train / valid / test splits are disjoint by number. The corpus is written
-as parallel files (``{train,valid,test}.{en,de}``) and read through the same path as real data.
+``21 -> "twenty-one" / "einundzwanzig"``. A line lists 1 to ``max_numbers_per_line`` numbers separated
+by "; " (``"twenty-one; four hundred and five" -> "einundzwanzig; vierhundertfünf"``): a German number is
+one fused word, so single-number lines would have no word n-grams and BLEU could not measure them.
+Numbers are drawn without replacement from ``[min_number, max_number]`` by ``random.Random(seed)`` (never
+the global RNG), so the corpus is identical across runs for one seed and the train / valid / test splits
+are disjoint by number. The corpus is written as parallel files (``{train,valid,test}.{en,de}``) and read
+through the same path as real data.
 """
 
 from __future__ import annotations
@@ -18,26 +21,34 @@ from num2words import num2words
 from mt.config import DemoConfig
 from mt.data.sources import DataError, fingerprint
 
-_DEMO_VERSION = 1  # bump when the generation recipe changes
+_DEMO_VERSION = 2  # bump when the generation recipe changes
+SEPARATOR = "; "
 
 
-def demo_numbers(cfg: DemoConfig) -> dict[str, list[int]]:
-    """The numbers of each split, disjoint across splits, deterministic in ``cfg.seed``."""
+def demo_numbers(cfg: DemoConfig) -> dict[str, list[tuple[int, ...]]]:
+    """The numbers of each line of each split, disjoint across splits, deterministic in ``cfg.seed``."""
     sizes = {"train": cfg.train_size, "valid": cfg.valid_size, "test": cfg.test_size}
     if min(sizes.values()) <= 0:
         raise DataError(f"demo split sizes must be positive, got {sizes}")
+    if cfg.max_numbers_per_line < 1:
+        raise DataError(f"demo max_numbers_per_line must be >= 1, got {cfg.max_numbers_per_line}")
     population = range(cfg.min_number, cfg.max_number + 1)
-    total = sum(sizes.values())
+    total = sum(sizes.values()) * cfg.max_numbers_per_line  # enough for the longest lines
     if total > len(population):
         raise DataError(
             f"demo corpus needs {total} distinct numbers but [{cfg.min_number}, {cfg.max_number}] "
             f"holds only {len(population)}"
         )
-    drawn = random.Random(cfg.seed).sample(population, total)  # range: no list of the whole population
+    rng = random.Random(cfg.seed)
+    drawn = rng.sample(population, total)  # range: no list of the whole population
     out, start = {}, 0
     for split, size in sizes.items():
-        out[split] = drawn[start : start + size]
-        start += size
+        lines = []
+        for _ in range(size):
+            count = rng.randint(1, cfg.max_numbers_per_line)
+            lines.append(tuple(drawn[start : start + count]))
+            start += count
+        out[split] = lines
     return out
 
 
@@ -46,16 +57,23 @@ def demo_pair(n: int) -> tuple[str, str]:
     return num2words(n, lang="en"), num2words(n, lang="de")
 
 
+def demo_line(numbers: tuple[int, ...]) -> tuple[str, str]:
+    """``(english, german)`` for a line listing ``numbers``."""
+    pairs = [demo_pair(n) for n in numbers]
+    return SEPARATOR.join(p[0] for p in pairs), SEPARATOR.join(p[1] for p in pairs)
+
+
 def write_demo_corpus(cfg: DemoConfig, root: Path) -> Path:
     """Write the corpus under ``root/<fingerprint>/`` once (atomically) and return that directory."""
     out = Path(root) / fingerprint(
-        _DEMO_VERSION, cfg.train_size, cfg.valid_size, cfg.test_size, cfg.min_number, cfg.max_number, cfg.seed
+        _DEMO_VERSION, cfg.train_size, cfg.valid_size, cfg.test_size, cfg.min_number, cfg.max_number,
+        cfg.max_numbers_per_line, cfg.seed,
     )
     if (out / "DONE").is_file():
         return out
     out.mkdir(parents=True, exist_ok=True)
-    for split, numbers in demo_numbers(cfg).items():
-        pairs = [demo_pair(n) for n in numbers]
+    for split, lines in demo_numbers(cfg).items():
+        pairs = [demo_line(numbers) for numbers in lines]
         for lang, column in (("en", 0), ("de", 1)):
             _write_atomic(out / f"{split}.{lang}", "".join(p[column] + "\n" for p in pairs))
     (out / "DONE").touch()

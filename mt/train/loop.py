@@ -7,10 +7,10 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sacrebleu
 import torch
 
 from mt.config import Config
+from mt.eval.metrics import score
 from mt.train import checkpoint as ckpt
 from mt.train.distributed import shutdown
 from mt.train.trainer import Trainer
@@ -48,14 +48,14 @@ def _test(trainer: Trainer, checkpoint: Path) -> tuple[dict, list[tuple[str, str
     model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, trainer.device)
     split = trainer.data.splits.get("test") or prepare_data(cfg.data, splits=("test",)).splits["test"]
     sources, refs = list(split.src_text), list(split.tgt_text)
-    hyps = Translator(model, tokenizers, cfg.decode, trainer.device).translate(sources)
-    bleu = sacrebleu.corpus_bleu(hyps, [refs])
-    chrf = sacrebleu.corpus_chrf(hyps, [refs])
+    translator = Translator(model, tokenizers, cfg.decode, trainer.device, max_positions=cfg.model.max_positions)
+    hyps = translator.translate(sources)
+    scores = score(hyps, refs)
     result = {
         "checkpoint": str(checkpoint),
-        "bleu": bleu.score,
-        "chrf": chrf.score,
-        "bleu_signature": str(bleu.get_signature()),
+        "bleu": scores["bleu"]["score"],
+        "chrf": scores["chrf"]["score"],
+        "bleu_signature": scores["bleu"]["signature"],
         "sentences": len(sources),
         "decode": {"strategy": cfg.decode.strategy, "beam_size": cfg.decode.beam_size,
                    "length_penalty": cfg.decode.length_penalty, "alpha": cfg.decode.alpha},

@@ -8,6 +8,7 @@ re-running a command after a crash continues where it stopped, with the same nex
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import random
@@ -70,6 +71,9 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.data = self._prepare_data()
         self.tokenizers = self.data.tokenizers
+        if not self.tokenizers.joint and cfg.model.share_all_embeddings:
+            logger.info("separate vocabularies: tying only the decoder's input and output embeddings")
+            cfg = self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, share_all_embeddings=False))
 
         torch.manual_seed(tc.seed)  # identical initial weights on every rank
         self.model = build_model(

@@ -6,10 +6,10 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
-import sacrebleu
 import torch
 
 from mt.data import PAD_ID, TokenBatchSampler, collate
+from mt.eval.metrics import score
 from mt.train.loss import label_smoothed_nll_loss
 
 if TYPE_CHECKING:
@@ -52,11 +52,12 @@ def valid_bleu(trainer: Trainer) -> dict[str, float | str]:
         beam_size=max(tc.valid_beam_size, 1),
         nbest=1,
     )
-    translator = Translator(trainer.model, trainer.tokenizers, decode_cfg, trainer.device)
-    hyps = translator.translate(sources)
-    bleu = sacrebleu.corpus_bleu(hyps, [refs])
-    chrf = sacrebleu.corpus_chrf(hyps, [refs])
-    return {"bleu": bleu.score, "chrf": chrf.score, "bleu_signature": str(bleu.get_signature())}
+    translator = Translator(
+        trainer.model, trainer.tokenizers, decode_cfg, trainer.device, max_positions=trainer.cfg.model.max_positions
+    )
+    scores = score(translator.translate(sources), refs)
+    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
+            "bleu_signature": scores["bleu"]["signature"]}
 
 
 def validate(trainer: Trainer) -> dict[str, float | str]:

@@ -126,9 +126,12 @@ def test_k_nan_batches_in_a_row_abort_and_leave_the_checkpoint_intact(tmp_path):
 
 def test_demo_run_leaves_tensorboard_events_plots_and_a_test_score(tmp_path):
     cfg = tiny_config(tmp_path, "train.max_updates=8", "train.validate_every=4", "train.tensorboard=true",
-                      "train.valid_bleu=true", "train.test_at_end=true", "decode.beam_size=2")
+                      "train.valid_bleu=true", "train.test_at_end=true", "decode.beam_size=2", "train.average_last=2")
     summary = train(cfg)
     run = tmp_path / "run"
+    averaged = ckpt.load_checkpoint(run / "checkpoints" / "averaged.pt")
+    assert [Path(p).name for p in averaged["averaged_from"]] == ["checkpoint_4.pt", "checkpoint_8.pt"]
+    assert summary.best_checkpoint in (run / "checkpoints" / "best.pt", run / "checkpoints" / "averaged.pt")
     assert list((run / "tb").glob("events.out.tfevents.*"))
     assert summary.plots and all(p.exists() and p.suffix == ".png" for p in summary.plots)
     assert (run / "checkpoints" / "best.pt").exists() and (run / "checkpoints" / "last.pt").exists()

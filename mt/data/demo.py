@@ -21,7 +21,7 @@ from num2words import num2words
 from mt.config import DemoConfig
 from mt.data.sources import DataError, fingerprint
 
-_DEMO_VERSION = 2  # bump when the generation recipe changes
+_DEMO_VERSION = 3  # bump when the generation recipe changes
 SEPARATOR = "; "
 
 
@@ -40,7 +40,7 @@ def demo_numbers(cfg: DemoConfig) -> dict[str, list[tuple[int, ...]]]:
             f"holds only {len(population)}"
         )
     rng = random.Random(cfg.seed)
-    drawn = rng.sample(population, total)  # range: no list of the whole population
+    drawn = _draw_by_magnitude(rng, cfg.min_number, cfg.max_number, total)
     out, start = {}, 0
     for split, size in sizes.items():
         lines = []
@@ -50,6 +50,31 @@ def demo_numbers(cfg: DemoConfig) -> dict[str, list[tuple[int, ...]]]:
             start += count
         out[split] = lines
     return out
+
+
+def _draw_by_magnitude(rng: random.Random, lo: int, hi: int, count: int) -> list[int]:
+    """``count`` distinct numbers from [lo, hi], each digit count about equally likely.
+
+    Uniform draws from [0, 999999] would be 90% six-digit numbers and almost never "twenty-one";
+    drawing the number of digits first makes small numbers as common as large ones until a
+    magnitude runs out (there are only 10 one-digit numbers).
+    """
+    bands = []  # [first, last] of each digit count, clipped to [lo, hi]
+    for digits in range(1, len(str(hi)) + 1):
+        first, last = max(lo, 0 if digits == 1 else 10 ** (digits - 1)), min(hi, 10**digits - 1)
+        if first <= last:
+            bands.append([first, last])
+    used: set[int] = set()
+    left = {i: band[1] - band[0] + 1 for i, band in enumerate(bands)}
+    drawn: list[int] = []
+    while len(drawn) < count:
+        band = rng.choice([i for i, n in left.items() if n > 0])
+        number = rng.randint(*bands[band])
+        if number not in used:
+            used.add(number)
+            drawn.append(number)
+            left[band] -= 1
+    return drawn
 
 
 def demo_pair(n: int) -> tuple[str, str]:

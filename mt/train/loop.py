@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
@@ -27,6 +28,17 @@ class RunSummary:
     test: dict = field(default_factory=dict)
     plots: list[Path] = field(default_factory=list)
     samples: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _valid_bleu(trainer: Trainer, checkpoint: Path) -> float:
+    """Greedy sacreBLEU of ``checkpoint`` on the valid split (to choose between best and averaged)."""
+    from mt.decode import Translator
+
+    model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, trainer.device)
+    split = trainer.data.splits["valid"]
+    greedy = dataclasses.replace(cfg.decode, strategy="greedy", beam_size=1, nbest=1)
+    translator = Translator(model, tokenizers, greedy, trainer.device, max_positions=cfg.model.max_positions)
+    return score(translator.translate(list(split.src_text)), list(split.tgt_text))["bleu"]["score"]
 
 
 def _average_last(trainer: Trainer) -> Path | None:
@@ -108,8 +120,12 @@ def train(cfg: Config) -> RunSummary:
         if not trainer.dist.is_main or reason.startswith("signal"):
             return summary
         best = trainer.ckpt_dir / "best.pt"
+        summary.best_checkpoint = best
         averaged = _average_last(trainer)
-        summary.best_checkpoint = averaged or best
+        if averaged is not None and best.exists():
+            bleus = {path: _valid_bleu(trainer, path) for path in (best, averaged)}
+            print("valid BLEU (greedy): " + ", ".join(f"{p.name} {b:.2f}" for p, b in bleus.items()), flush=True)
+            summary.best_checkpoint = max(bleus, key=bleus.get)
         if cfg.train.test_at_end and summary.best_checkpoint.exists():
             with torch.random.fork_rng():
                 summary.test, summary.samples = _test(trainer, summary.best_checkpoint)

@@ -58,7 +58,7 @@ summary: $(STAMP)
 	@$(BIN)/python -m mt.model.summary --model $(MODEL) --vocab $(VOCAB)
 
 plots: $(STAMP)
-	$(BIN)/python -m mt.eval.plots $(RUN)
+	$(BIN)/mt-plots $(RUN)
 
 average: $(STAMP)
 	$(BIN)/python scripts/average_checkpoints.py $(RUN)/checkpoints --last $(or $(N),5)

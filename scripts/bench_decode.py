@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import time
 import zlib
 from pathlib import Path
@@ -62,15 +63,18 @@ def from_checkpoint(path: Path) -> tuple[torch.nn.Module, object, DecodeConfig, 
     return model, tokenizers, cfg.decode, cfg.model.max_positions
 
 
-def bench(translator: Translator, lines: list[str], label: str) -> None:
+def bench(translator: Translator, lines: list[str], label: str) -> tuple[float, float]:
+    """Decode ``lines`` once; print and return (sentences/s, target tokens/s)."""
     start = time.perf_counter()
     translations = translator.translate_nbest(lines)
     wall = time.perf_counter() - start
     tgt = sum(t.tgt_tokens for t in translations)
     print(
         f"{label:>8}: {len(lines)} sentences in {wall:.2f} s = {len(lines) / wall:.1f} sentences/s, "
-        f"{tgt / wall:.0f} target tokens/s (mean output {tgt / len(lines):.1f} tokens incl. EOS)"
+        f"{tgt / wall:.0f} target tokens/s (mean output {tgt / len(lines):.1f} tokens incl. EOS)",
+        flush=True,
     )
+    return len(lines) / wall, tgt / wall
 
 
 def main() -> None:
@@ -84,6 +88,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--max-sentences", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3, help="runs of each search; the median is reported")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -93,11 +98,17 @@ def main() -> None:
         model, tokenizers, decode, max_positions = random_model(args.random_model, args.vocab)
     lines = list(read_lines(args.input))[: args.n]
     print(f"{len(lines)} sentences from {args.input}, {args.threads} threads, torch {torch.__version__}")
-    for label, strategy in ((f"beam{args.beam}", "beam"), ("greedy", "greedy")):
-        cfg = dataclasses.replace(
-            decode, strategy=strategy, beam_size=args.beam, nbest=1, max_sentences=args.max_sentences
-        )
-        bench(Translator(model, tokenizers, cfg, "cpu", max_positions=max_positions), lines, label)
+    results: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(args.repeats):  # alternate the two searches, so machine drift hits both alike
+        for label, strategy in ((f"beam{args.beam}", "beam"), ("greedy", "greedy")):
+            cfg = dataclasses.replace(
+                decode, strategy=strategy, beam_size=args.beam, nbest=1, max_sentences=args.max_sentences
+            )
+            translator = Translator(model, tokenizers, cfg, "cpu", max_positions=max_positions)
+            results.setdefault(label, []).append(bench(translator, lines, label))
+    for label, runs in results.items():
+        sents, toks = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        print(f"median {label}: {sents:.1f} sentences/s, {toks:.0f} target tokens/s ({len(runs)} runs)")
     print(f" process: {time.perf_counter() - START:.1f} s wall, {time.process_time():.1f} s CPU")
 
 

@@ -1,7 +1,7 @@
 """Training throughput of a model config on Multi30k en->de (the issue's fixed setting).
 
     python scripts/bench_train.py [--data-dir ../shared/data/multi30k] [--model transformer_small]
-                                  [--updates 30] [--warmup 5] [--threads 2]
+                                  [--updates 20] [--repeats 3] [--warmup 5] [--threads 2]
 
 Joint 8k BPE, max_tokens=4096, dropout 0.3, fp32. Times whole updates (collate + forward + backward
 + Adam), after ``--warmup`` untimed updates; prints target tokens/s, updates/s and peak RSS.
@@ -29,7 +29,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data/multi30k"))
     p.add_argument("--model", default="transformer_small")
-    p.add_argument("--updates", type=int, default=30)
+    p.add_argument("--updates", type=int, default=20, help="timed updates per run")
+    p.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=4096)
@@ -46,23 +47,25 @@ def main() -> None:
         trainer = Trainer(cfg)
         train = trainer.data.splits["train"]
         set_lr(trainer.optimizer, 1e-4)
-        batches = trainer.sampler.batches(0)
-        times, tokens = [], []
-        for i, indices in enumerate(batches[: args.warmup + args.updates]):
-            t0 = time.perf_counter()
-            batch = collate(train, indices, cfg.data.pad_to_multiple)
-            result = train_step(trainer.step_ctx, [batch])
-            if i >= args.warmup:
-                times.append(time.perf_counter() - t0)
-                tokens.append(result.ntokens)
+        batches = iter(trainer.sampler.batches(0))
         params = sum(p.numel() for p in trainer.model.parameters())
-    total = sum(times)
-    per_update = sorted(t for t in times)
-    print(f"model {args.model} ({params / 1e6:.1f}M params), {args.threads} threads, max_tokens {args.max_tokens}, "
-          f"{args.precision}, {len(times)} timed updates")
-    print(f"  target tokens/s : {sum(tokens) / total:,.0f}")
-    print(f"  updates/s       : {len(times) / total:.3f} (median update {statistics.median(per_update):.2f}s)")
-    print(f"  peak RSS        : {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+        print(f"model {args.model} ({params / 1e6:.1f}M params), {args.threads} threads, "
+              f"max_tokens {args.max_tokens}, {args.precision}, {args.repeats} x {args.updates} timed updates")
+        for _ in range(args.warmup):
+            train_step(trainer.step_ctx, [collate(train, next(batches), cfg.data.pad_to_multiple)])
+        runs = []
+        for r in range(args.repeats):
+            seconds, tokens = 0.0, 0
+            for _ in range(args.updates):
+                t0 = time.perf_counter()
+                result = train_step(trainer.step_ctx, [collate(train, next(batches), cfg.data.pad_to_multiple)])
+                seconds += time.perf_counter() - t0
+                tokens += result.ntokens
+            runs.append((tokens / seconds, args.updates / seconds))
+            print(f"  run {r + 1}: {runs[-1][0]:,.0f} target tokens/s, {runs[-1][1]:.3f} updates/s", flush=True)
+    print(f"  median target tokens/s : {statistics.median(r[0] for r in runs):,.0f}")
+    print(f"  median updates/s       : {statistics.median(r[1] for r in runs):.3f}")
+    print(f"  peak RSS               : {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
 
 
 if __name__ == "__main__":

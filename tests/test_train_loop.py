@@ -138,3 +138,35 @@ def test_demo_run_leaves_tensorboard_events_plots_and_a_test_score(tmp_path):
     result = json.loads((run / "test_results.json").read_text())
     assert 0.0 <= result["bleu"] <= 100.0 and "nrefs:1" in result["bleu_signature"]
     assert [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "valid"]
+
+
+def test_out_of_memory_batch_is_skipped_with_its_shape(tmp_path, caplog):
+    trainer = Trainer(tiny_config(tmp_path, "train.max_updates=4", "train.validate_every=1000"))
+    calls = {"n": 0}
+
+    def hook(module, inputs, output):
+        calls["n"] += module.training
+        if module.training and calls["n"] == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return output
+
+    trainer.model.register_forward_hook(hook)
+    with caplog.at_level("WARNING"):
+        assert trainer.run() == "max_updates"
+    assert trainer.state.step == 4 and trainer.state.skipped_oom == 1
+    assert any("out of memory on batch [src (" in r.getMessage() for r in caplog.records)
+
+
+def test_patience_stops_when_validation_stops_improving(tmp_path):
+    # lr 0: the weights never change, so no validation after the first one improves the loss
+    cfg = tiny_config(tmp_path, "optim.schedule=inverse_sqrt", "optim.lr=0.0", "train.validate_every=2",
+                      "train.best_metric=loss", "train.patience=2", "train.max_updates=50")
+    trainer = Trainer(cfg)
+    assert trainer.run() == "early stopping"
+    assert trainer.state.step == 6 and trainer.state.best_step == 2 and trainer.state.bad_validations == 2
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path):
+    trainer = Trainer(tiny_config(tmp_path, "train.precision=bf16", "train.max_updates=3", "train.validate_every=1000"))
+    assert trainer.run() == "max_updates" and trainer.state.skipped_nonfinite == 0
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in trainer.model.parameters())

@@ -90,3 +90,17 @@ def plot_learning_curves(run_dir: str | Path) -> list[Path]:
         if lines:
             written.append(_line_plot(run_dir / name, title, ylabel, lines))
     return written
+
+
+def main() -> None:
+    """``mt-plots RUN_DIR`` (``make plots RUN=...``): redraw a run's learning curves."""
+    import sys
+
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: mt-plots RUN_DIR")
+    for path in plot_learning_curves(Path(sys.argv[1])):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

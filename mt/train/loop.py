@@ -107,7 +107,9 @@ def _print_summary(s: RunSummary, trainer: Trainer) -> None:
         lines.append("Sample translations (test):")
         for src, ref, hyp in s.samples:
             lines += [f"  SRC {src}", f"  REF {ref}", f"  HYP {hyp}", ""]
-    lines.append(f"Translate with it: echo 'some text' | make translate EXP={trainer.cfg.name}")
+    default = Path("runs") / trainer.cfg.name / "checkpoints" / "best.pt"
+    how = f"EXP={trainer.cfg.name}" if s.best_checkpoint == default else f"CKPT={s.best_checkpoint}"
+    lines.append(f"Translate with it: echo 'some text' | make translate {how}")
     print("\n".join(lines), flush=True)
 
 

@@ -170,3 +170,28 @@ def test_bf16_model_gives_bf16_logits() -> None:
     assert model.decode(tgt[:, :1], enc, cache).dtype == torch.bfloat16
     full = model.decode(tgt, enc)
     assert full.dtype == torch.bfloat16 and torch.isfinite(full).all()
+
+
+def test_reorder_among_copies_of_a_sentence_keeps_source_kv_without_copying() -> None:
+    model = tiny_model()
+    src, src_mask = random_batch([5, 9])
+    tgt, _ = random_batch([6, 6], bos=True)  # T = 7
+    beams = 3
+    enc = model.encode(src, src_mask).reorder(torch.arange(2).repeat_interleave(beams))  # rows 0 0 0 1 1 1
+    full = model.decode(tgt.repeat_interleave(beams, dim=0), enc)  # (6, T, V)
+    cache = model.new_cache()
+    decode_steps(model, tgt.repeat_interleave(beams, dim=0), enc, cache, range(2))
+    cross_k = cache.layers[0].cross_k
+
+    within = torch.tensor([2, 2, 0, 4, 3, 3])  # each row keeps its sentence: the beams of beam search
+    cache.reorder(within)
+    assert cache.layers[0].cross_k is cross_k  # no copy of the source K/V
+    step = decode_steps(model, tgt.repeat_interleave(beams, dim=0)[within], enc, cache, range(2, 4))
+    assert torch.allclose(step, full[within, 2:4], atol=1e-5)
+
+    across = torch.tensor([5, 0])  # sentences swap and shrink: the source K/V must follow
+    cache.reorder(across)
+    rows = within[across]
+    assert cache.layers[0].cross_k is not cross_k and cache.layers[0].cross_k.size(0) == 2
+    step = decode_steps(model, tgt.repeat_interleave(beams, dim=0)[rows], enc, cache, range(4, 7))
+    assert torch.allclose(step, full[rows, 4:7], atol=1e-5)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import Tensor
 
 
@@ -23,12 +24,18 @@ class EncoderOut:
 
     out: Tensor
     pad_mask: Tensor
+    rows: Tensor | None = None  # (B,) the encoded row each row is a copy of (None: itself)
 
     def reorder(self, index: Tensor) -> EncoderOut:
         """Keep rows ``index`` (LongTensor (B',); may permute, repeat or drop rows), in place."""
+        self.rows = source_rows(self.rows, self.out.size(0), self.out.device).index_select(0, index)
         self.out = self.out.index_select(0, index)
         self.pad_mask = self.pad_mask.index_select(0, index)
         return self
+
+
+def source_rows(rows: Tensor | None, n: int, device: torch.device) -> Tensor:
+    return torch.arange(n, device=device) if rows is None else rows
 
 
 @dataclass
@@ -44,8 +51,9 @@ class LayerCache:
     cross_k: Tensor | None = None
     cross_v: Tensor | None = None
 
-    def reorder(self, index: Tensor) -> LayerCache:
-        for name in ("self_k", "self_v", "cross_k", "cross_v"):
+    def reorder(self, index: Tensor, cross: bool = True) -> LayerCache:
+        """Select rows ``index`` of the self-attention K/V and, when ``cross``, of the source K/V."""
+        for name in ("self_k", "self_v", "cross_k", "cross_v") if cross else ("self_k", "self_v"):
             tensor = getattr(self, name)
             if tensor is not None:
                 setattr(self, name, tensor.index_select(0, index))
@@ -58,10 +66,14 @@ class DecoderCache:
 
     ``layers``: one ``LayerCache`` per decoder layer. ``src_pad_mask`` (B, S): the source padding mask,
     kept from the first call so that later calls need nothing else from the encoder output.
+    ``src_rows`` (B,): the encoded sentence each row's source K/V belong to (``EncoderOut.rows``).
+    Beam search reorders rows only among the beams of one sentence, which share their source K/V; when
+    every row keeps its sentence, the source K/V (the largest cached tensors) need no copy.
     """
 
     layers: list[LayerCache] = field(default_factory=list)
     src_pad_mask: Tensor | None = None
+    src_rows: Tensor | None = None
 
     @property
     def length(self) -> int:
@@ -71,8 +83,11 @@ class DecoderCache:
 
     def reorder(self, index: Tensor) -> DecoderCache:
         """Keep rows ``index`` (LongTensor (B',); may permute, repeat or drop rows) everywhere, in place."""
+        new_rows = None if self.src_rows is None else self.src_rows.index_select(0, index)
+        same_source = new_rows is not None and torch.equal(new_rows, self.src_rows)
         for layer in self.layers:
-            layer.reorder(index)
-        if self.src_pad_mask is not None:
+            layer.reorder(index, cross=not same_source)
+        if self.src_pad_mask is not None and not same_source:
             self.src_pad_mask = self.src_pad_mask.index_select(0, index)
+        self.src_rows = new_rows
         return self

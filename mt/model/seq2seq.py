@@ -7,7 +7,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from mt.config import ModelConfig
-from mt.model.cache import DecoderCache, EncoderOut
+from mt.model.cache import DecoderCache, EncoderOut, source_rows
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_embedding
 from mt.model.encoder import Encoder
@@ -39,6 +39,7 @@ class Seq2SeqTransformer(nn.Module):
             return self.decoder(tgt_in, enc.out, enc.pad_mask)
         if cache.src_pad_mask is None:
             cache.src_pad_mask = enc.pad_mask
+            cache.src_rows = source_rows(enc.rows, enc.out.size(0), enc.out.device)
         return self.decoder(tgt_in, enc.out, cache.src_pad_mask, cache)
 
     def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor) -> Tensor:

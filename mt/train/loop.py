@@ -132,7 +132,7 @@ def train(cfg: Config) -> RunSummary:
             with torch.random.fork_rng():
                 summary.test, summary.samples = _test(trainer, summary.best_checkpoint)
             (trainer.run_dir / "test_results.json").write_text(json.dumps(summary.test, indent=2) + "\n")
-            trainer.metrics.enabled and _append_test_row(trainer, summary.test)
+            _append_test_row(trainer, summary.test)
         summary.plots = _plots(trainer.run_dir)
         _print_summary(summary, trainer)
         return summary

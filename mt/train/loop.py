@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 
 from mt.config import Config
-from mt.eval.metrics import score
 from mt.train import checkpoint as ckpt
 from mt.train.distributed import shutdown
 from mt.train.trainer import Trainer
+from mt.train.validate import translate_and_score
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +32,12 @@ class RunSummary:
 
 def _valid_bleu(trainer: Trainer, checkpoint: Path) -> float:
     """Greedy sacreBLEU of ``checkpoint`` on the valid split (to choose between best and averaged)."""
-    from mt.decode import Translator
-
     model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, trainer.device)
     split = trainer.data.splits["valid"]
     greedy = dataclasses.replace(cfg.decode, strategy="greedy", beam_size=1, nbest=1)
-    translator = Translator(model, tokenizers, greedy, trainer.device, max_positions=cfg.model.max_positions)
-    return score(translator.translate(list(split.src_text)), list(split.tgt_text))["bleu"]["score"]
+    _, scores = translate_and_score(model, tokenizers, greedy, trainer.device, cfg.model.max_positions,
+                                    list(split.src_text), list(split.tgt_text))
+    return float(scores["bleu"])
 
 
 def _average_last(trainer: Trainer) -> Path | None:
@@ -55,19 +54,15 @@ def _average_last(trainer: Trainer) -> Path | None:
 def _test(trainer: Trainer, checkpoint: Path) -> tuple[dict, list[tuple[str, str, str]]]:
     """Translate the test split with ``checkpoint`` (the run's decode settings) and score it."""
     from mt.data import prepare_data
-    from mt.decode import Translator
 
     model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, trainer.device)
     split = trainer.data.splits.get("test") or prepare_data(cfg.data, splits=("test",)).splits["test"]
     sources, refs = list(split.src_text), list(split.tgt_text)
-    translator = Translator(model, tokenizers, cfg.decode, trainer.device, max_positions=cfg.model.max_positions)
-    hyps = translator.translate(sources)
-    scores = score(hyps, refs)
+    hyps, scores = translate_and_score(model, tokenizers, cfg.decode, trainer.device, cfg.model.max_positions,
+                                       sources, refs)
     result = {
         "checkpoint": str(checkpoint),
-        "bleu": scores["bleu"]["score"],
-        "chrf": scores["chrf"]["score"],
-        "bleu_signature": scores["bleu"]["signature"],
+        **scores,
         "sentences": len(sources),
         "decode": {"strategy": cfg.decode.strategy, "beam_size": cfg.decode.beam_size,
                    "length_penalty": cfg.decode.length_penalty, "alpha": cfg.decode.alpha},

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from mt.config import DecodeConfig
 from mt.data import PAD_ID, TokenBatchSampler, collate
 from mt.eval.metrics import score
 from mt.train.loss import label_smoothed_nll_loss
@@ -38,26 +39,36 @@ def valid_loss(trainer: Trainer) -> dict[str, float]:
     return {"loss": loss_sum / ntokens / math.log(2), "nll_loss": nll_bits, "ppl": 2**nll_bits}
 
 
-def valid_bleu(trainer: Trainer) -> dict[str, float | str]:
-    """Decode the valid sources (greedy by default) and score them with sacreBLEU and chrF."""
+def translate_and_score(
+    model, tokenizers, decode_cfg: DecodeConfig, device: torch.device, max_positions: int,
+    sources: list[str], refs: list[str],
+) -> tuple[list[str], dict[str, float | str]]:
+    """Translate ``sources`` and score them against ``refs``: (hypotheses, BLEU, chrF, BLEU signature)."""
     from mt.decode import Translator
 
+    translator = Translator(model, tokenizers, decode_cfg, device, max_positions=max_positions)
+    hyps = translator.translate(sources)
+    scores = score(hyps, refs)
+    return hyps, {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
+                  "bleu_signature": scores["bleu"]["signature"]}
+
+
+def valid_bleu(trainer: Trainer) -> dict[str, float | str]:
+    """Decode the valid sources (greedy by default) and score them with sacreBLEU and chrF."""
     tc = trainer.cfg.train
     split = trainer.data.splits["valid"]
     n = len(split) if tc.valid_bleu_max_sentences <= 0 else min(len(split), tc.valid_bleu_max_sentences)
-    sources, refs = list(split.src_text[:n]), list(split.tgt_text[:n])
     decode_cfg = dataclasses.replace(
         trainer.cfg.decode,
         strategy="greedy" if tc.valid_beam_size <= 1 else "beam",
         beam_size=max(tc.valid_beam_size, 1),
         nbest=1,
     )
-    translator = Translator(
-        trainer.model, trainer.tokenizers, decode_cfg, trainer.device, max_positions=trainer.cfg.model.max_positions
+    _, scores = translate_and_score(
+        trainer.model, trainer.tokenizers, decode_cfg, trainer.device, trainer.cfg.model.max_positions,
+        list(split.src_text[:n]), list(split.tgt_text[:n]),
     )
-    scores = score(translator.translate(sources), refs)
-    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
-            "bleu_signature": scores["bleu"]["signature"]}
+    return scores
 
 
 def validate(trainer: Trainer) -> dict[str, float | str]:

@@ -145,7 +145,7 @@ def test_beam_hand_worked_nbest(name: str, alpha: float, order: list[list[int]])
         assert h.logprob == pytest.approx(expected, abs=1e-6)
         assert h.score == pytest.approx(expected / lp(name, alpha, len(h.tokens) + 1), abs=1e-6)
     assert nbest[0].score > nbest[1].score
-    assert model.batch_sizes == [2, 2, 2]  # three steps, then 2 = beam finished
+    assert model.batch_sizes == [1, 2, 2]  # three steps (step 0: one row), then 2 = beam finished
 
 
 def test_finished_hypotheses_do_not_starve_the_beam() -> None:
@@ -162,7 +162,7 @@ def test_beam_stops_when_the_top_candidate_is_eos() -> None:
     (nbest,) = beam_search(model, src, mask, cfg_of())
     assert [h.tokens for h in nbest] == [[]]
     assert nbest[0].score == pytest.approx(math.log(0.7), abs=1e-6)
-    assert model.batch_sizes == [2]  # log .7 > log .2 (best live): no second step
+    assert model.batch_sizes == [1]  # log .7 > log .2 (best live): no second step
 
 
 # the best first step is a, so rule (b) (top candidate is EOS) does not fire; [] finishes from rank 2
@@ -176,7 +176,7 @@ def test_beam_bound_stops_when_no_live_beam_can_catch_up() -> None:
     src, mask = source([3])
     (nbest,) = beam_search(model, src, mask, cfg_of())
     assert nbest[0].tokens == [] and nbest[0].logprob == pytest.approx(math.log(0.4), abs=1e-6)
-    assert model.batch_sizes == [2, 2]
+    assert model.batch_sizes == [1, 2]
 
 
 def test_beam_bound_with_growing_penalty_keeps_searching() -> None:
@@ -186,7 +186,7 @@ def test_beam_bound_with_growing_penalty_keeps_searching() -> None:
     model = ScriptedModel([LATE])
     src, mask = source([3])
     beam_search(model, src, mask, cfg_of(length_penalty="length", alpha=1.0, max_len_b=10))
-    assert model.batch_sizes == [2] * 11
+    assert model.batch_sizes == [1] + [2] * 10
 
 
 # a confident model: every runner-up (EOS included) has p .01, as under label smoothing
@@ -206,7 +206,7 @@ def test_junk_eos_candidates_do_not_end_the_search_early() -> None:
     (nbest,) = beam_search(model, src, mask, cfg_of(beam_size=2))
     assert nbest[0].tokens == [A, A]
     assert nbest[0].logprob == pytest.approx(3 * math.log(0.98), abs=1e-6)
-    assert model.batch_sizes == [2, 2, 2]
+    assert model.batch_sizes == [1, 2, 2]
 
 
 def test_beam_max_length_forces_eos() -> None:
@@ -215,7 +215,7 @@ def test_beam_max_length_forces_eos() -> None:
     nbest = beam_search(model, src, mask, cfg_of(nbest=2, max_len_a=1.0, max_len_b=0))[0]
     assert [h.tokens for h in nbest] == [[A, A], [A, B]]
     assert [h.logprob for h in nbest] == pytest.approx([math.log(0.042), math.log(0.021)], abs=1e-6)
-    assert model.batch_sizes == [2, 2, 2]
+    assert model.batch_sizes == [1, 2, 2]
 
 
 def test_finished_sentences_leave_the_batch() -> None:
@@ -225,7 +225,7 @@ def test_finished_sentences_leave_the_batch() -> None:
     results = beam_search(model, src, mask, cfg_of(max_len_a=1.0, max_len_b=0))
     assert [r[0].tokens for r in results] == [[A, A], [], [A]]
     assert [r[0].logprob for r in results] == pytest.approx([math.log(x) for x in (0.042, 0.7, 0.3)], abs=1e-6)
-    assert model.batch_sizes == [6, 4, 4]  # sentence 1 leaves after step 0, the others end at step 2
+    assert model.batch_sizes == [3, 4, 4]  # step 0 one row a sentence; sentence 1 leaves after it
 
 
 def test_pad_and_bos_are_never_generated_but_unk_is() -> None:

@@ -172,26 +172,78 @@ def test_bf16_model_gives_bf16_logits() -> None:
     assert full.dtype == torch.bfloat16 and torch.isfinite(full).all()
 
 
-def test_reorder_among_copies_of_a_sentence_keeps_source_kv_without_copying() -> None:
+def test_copies_of_a_sentence_share_one_source_kv_through_reorders() -> None:
+    model = tiny_model()
+    src, src_mask = random_batch([5, 9, 4])
+    tgt, _ = random_batch([6, 6, 6], bos=True)  # T = 8
+    beams = 3
+    enc = model.encode(src, src_mask).reorder(torch.arange(3).repeat_interleave(beams))  # rows 0 0 0 1 1 1 2 2 2
+    assert enc.copies_per_group() == beams
+    tgt = tgt.repeat_interleave(beams, dim=0)  # (9, T)
+    full = model.decode(tgt, enc)  # (9, T, V), no cache: one source row per decoder row
+    cache = model.new_cache()
+    decode_steps(model, tgt, enc, cache, range(2))
+    cross_k = cache.layers[0].cross_k
+    assert cache.group == beams and cross_k is not None and cross_k.size(0) == 3  # once per sentence
+
+    within = torch.tensor([2, 2, 0, 4, 3, 3, 8, 6, 7])  # each row keeps its sentence: the beams of beam search
+    cache.reorder(within)
+    assert cache.layers[0].cross_k is cross_k  # no copy of the source K/V
+    step = decode_steps(model, tgt[within], enc, cache, range(2, 4))
+    assert torch.allclose(step, full[within, 2:4], atol=1e-5)
+
+    drop = torch.tensor([1, 1, 0, 8, 6, 7])  # the middle sentence finished: its group leaves
+    cache.reorder(drop)
+    rows = within[drop]
+    assert cache.group == beams and cache.layers[0].cross_k.size(0) == 2
+    assert torch.equal(cache.src_pad_mask, src_mask[[0, 2]])
+    step = decode_steps(model, tgt[rows], enc, cache, range(4, 6))
+    assert torch.allclose(step, full[rows, 4:6], atol=1e-5)
+
+    across = torch.tensor([5, 0])  # rows that no longer form groups: one source row per row
+    cache.reorder(across)
+    rows = rows[across]
+    assert cache.group == 1 and cache.layers[0].cross_k.size(0) == 2
+    assert torch.equal(cache.src_pad_mask, src_mask[[2, 0]])
+    step = decode_steps(model, tgt[rows], enc, cache, range(6, 8))
+    assert torch.allclose(step, full[rows, 6:8], atol=1e-5)
+
+
+def test_fanning_rows_out_into_runs_groups_them_without_copying_the_source_kv() -> None:
     model = tiny_model()
     src, src_mask = random_batch([5, 9])
     tgt, _ = random_batch([6, 6], bos=True)  # T = 7
-    beams = 3
-    enc = model.encode(src, src_mask).reorder(torch.arange(2).repeat_interleave(beams))  # rows 0 0 0 1 1 1
-    full = model.decode(tgt.repeat_interleave(beams, dim=0), enc)  # (6, T, V)
+    enc = model.encode(src, src_mask)  # one row per sentence, as beam search's step 0
+    full = model.decode(tgt, enc)
     cache = model.new_cache()
-    decode_steps(model, tgt.repeat_interleave(beams, dim=0), enc, cache, range(2))
+    decode_steps(model, tgt, enc, cache, range(1))
     cross_k = cache.layers[0].cross_k
+    fan_out = torch.arange(2).repeat_interleave(4)  # 0 0 0 0 1 1 1 1: four beams a sentence
+    cache.reorder(fan_out)
+    enc.reorder(fan_out)
+    assert cache.group == 4 and cache.layers[0].cross_k is cross_k
+    step = decode_steps(model, tgt[fan_out], enc, cache, range(1, 7))
+    assert torch.allclose(step, full[fan_out, 1:7], atol=1e-5)
 
-    within = torch.tensor([2, 2, 0, 4, 3, 3])  # each row keeps its sentence: the beams of beam search
-    cache.reorder(within)
-    assert cache.layers[0].cross_k is cross_k  # no copy of the source K/V
-    step = decode_steps(model, tgt.repeat_interleave(beams, dim=0)[within], enc, cache, range(2, 4))
-    assert torch.allclose(step, full[within, 2:4], atol=1e-5)
 
-    across = torch.tensor([5, 0])  # sentences swap and shrink: the source K/V must follow
-    cache.reorder(across)
-    rows = within[across]
-    assert cache.layers[0].cross_k is not cross_k and cache.layers[0].cross_k.size(0) == 2
-    step = decode_steps(model, tgt.repeat_interleave(beams, dim=0)[rows], enc, cache, range(4, 7))
-    assert torch.allclose(step, full[rows, 4:7], atol=1e-5)
+def test_copies_per_group_needs_equal_consecutive_runs() -> None:
+    model = tiny_model()
+    src, src_mask = random_batch([5, 9, 4])
+    enc = model.encode(src, src_mask)
+    assert enc.copies_per_group() == 1
+    assert enc.reorder(torch.tensor([0, 0, 1, 1, 2])).copies_per_group() == 1  # 5 rows, runs of 2
+    enc = model.encode(src, src_mask).reorder(torch.tensor([0, 0, 1, 2]))  # unequal runs
+    assert enc.copies_per_group() == 1
+
+
+def test_grouped_attention_equals_attention_over_repeated_keys() -> None:
+    from mt.model.attention import attention, grouped_attention
+
+    torch.manual_seed(0)
+    q = torch.randn(6, 2, 3, 4)  # 2 groups of 3 rows, T = 3
+    k, v = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]  # (2, 1, 1, 5)
+    expected, _ = attention(q, k.repeat_interleave(3, 0), v.repeat_interleave(3, 0), mask.repeat_interleave(3, 0))
+    assert torch.allclose(grouped_attention(q, k, v, mask), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="groups"):
+        grouped_attention(q[:5], k, v, mask)

@@ -3,11 +3,13 @@
 Layout: the B' sentences still being decoded each own K consecutive rows, so every per-row tensor is
 (B'*K, ...) and row ``i * K + k`` is beam k of active sentence i. One step:
 
-1. ``model.decode`` the last token of every row with the cache -> float32 log-probs (B'*K, V);
-   PAD/BOS banned, only EOS allowed once a sentence reaches its maximum length.
-2. Candidates: cumulative log-prob of each beam plus each next token, (B', K*V); keep the best 2K.
-   At step 0 all K beams are the same ``[BOS]`` prefix, so beams 1..K-1 start at -inf and only the
-   first one expands (else the beam would hold K copies of one hypothesis).
+1. ``model.decode`` the last token of every row with the cache -> logits (B'*K, V); log-probs are
+   taken in float32 against the logsumexp over all ids, PAD/BOS banned, only EOS allowed once a
+   sentence reaches its maximum length.
+2. Candidates: cumulative log-prob of each beam plus each next token, (B', K*V); keep the best 2K
+   (computed from each beam's own best 2K tokens, which hold them all).
+   At step 0 the K beams would all be the same ``[BOS]`` prefix, so step 0 decodes one row per
+   sentence and its best K non-EOS candidates become the K beams (rows are then K per sentence).
 3. EOS candidates among the top K become finished hypotheses (an EOS ranked below K would not have
    entered the beam either); the live beam is the best K candidates that are *not* EOS. A beam has
    at most K EOS candidates (one per beam), so the 2K candidates always hold K live ones: finished
@@ -54,8 +56,8 @@ from mt.decode.common import (
     NEG_INF,
     DecodableModel,
     Hypothesis,
+    ban_,
     force_eos_,
-    log_probs,
     max_output_lengths,
     start_tokens,
 )
@@ -98,16 +100,30 @@ class _Finished:
         return sorted(self.hyps[sent], key=lambda h: h.score, reverse=True)[: self.cfg.nbest]
 
 
-def _select_candidates(scores: Tensor, lprobs: Tensor, beam: int) -> tuple[Tensor, Tensor, Tensor]:
+def _select_candidates(
+    scores: Tensor, logits: Tensor, beam: int, vocab_size: int | None, at_limit: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
     """Top 2K continuations per sentence.
 
-    scores (B', K) cumulative log-probs, lprobs (B'*K, V) -> (cand_scores, cand_beam, cand_tok), each
-    (B', 2K), best first.
+    scores (B', r) cumulative log-probs of each sentence's r rows (r = 1 at step 0, else K), logits
+    (B'*r, V) of the step (overwritten), at_limit (B'*r,) bool rows that may only end (or None)
+    -> (cand_scores, cand_row, cand_tok), each (B', 2K), best first; cand_row in [0, r).
+
+    Every one of a sentence's top 2K candidates is among its own row's top 2K tokens, so each row is
+    cut to its top 2K first: log-probs are formed for 2K tokens a row instead of V, and the final top-k
+    runs over 2K*r values instead of r*V.
     """
-    n, vocab = scores.size(0), lprobs.size(-1)
-    cand = (scores.unsqueeze(2) + lprobs.view(n, beam, vocab)).view(n, beam * vocab)  # (B', K*V)
-    cand_scores, cand_idx = cand.topk(min(2 * beam, beam * vocab), dim=1)  # (B', 2K)
-    return cand_scores, cand_idx // vocab, cand_idx % vocab
+    n, rows = scores.shape
+    logits = logits.float()  # (B'*r, V), modified in place below (beam search owns the step's output)
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (B'*r, 1), over every id, banned ones too
+    ban_(logits, vocab_size)
+    if at_limit is not None:
+        force_eos_(logits, at_limit)
+    k2 = min(2 * beam, logits.size(-1))
+    top_logits, top_tok = logits.topk(k2, dim=1)  # (B'*r, 2K)
+    cand = (scores.view(-1, 1) + (top_logits - lse)).view(n, rows * k2)  # (B', r*2K)
+    cand_scores, pos = cand.topk(min(2 * beam, rows * k2), dim=1)  # (B', 2K)
+    return cand_scores, pos // k2, top_tok.view(n, rows * k2).gather(1, pos)
 
 
 def _live_positions(cand_tok: Tensor, beam: int) -> Tensor:
@@ -131,7 +147,7 @@ def _finalize(
     if not bool(top_eos.any()):
         return
     rows, pos = top_eos.nonzero(as_tuple=True)  # rank order within each sentence
-    parents = rows * beam + cand_beam[rows, pos]
+    parents = rows * (tokens.size(0) // len(active)) + cand_beam[rows, pos]  # 1 or K rows a sentence
     histories = tokens.index_select(0, parents)[:, 1:].tolist()  # drop BOS
     for row, history, logprob in zip(rows.tolist(), histories, cand_scores[rows, pos].tolist(), strict=True):
         finished.add(active[row], history, logprob)
@@ -161,25 +177,24 @@ def beam_search(
     max_len = max_output_lengths(src_pad_mask, cfg, max_positions)
     finished = _Finished(n_sent, cfg, max_len)
 
-    enc = model.encode(src, src_pad_mask)
-    enc.reorder(torch.arange(n_sent, device=device).repeat_interleave(beam))  # (B*K, S, D)
+    enc = model.encode(src, src_pad_mask)  # (B, S, D): step 0 decodes one row per sentence
     cache = model.new_cache()
-    active = list(range(n_sent))  # original sentence of each group of K rows
-    tokens = start_tokens(n_sent * beam, device)  # (B'*K, t + 1) with BOS first
-    scores = torch.full((n_sent, beam), NEG_INF, device=device)  # (B', K)
-    scores[:, 0] = 0.0  # step 0 expands only the first beam
+    active = list(range(n_sent))  # original sentence of each group of rows
+    tokens = start_tokens(n_sent, device)  # (B'*r, t + 1) with BOS first; r = rows per sentence
+    scores = torch.zeros(n_sent, 1, device=device)  # (B', r): at step 0 the K beams would be copies
 
     for step in range(max(max_len) + 1):
-        lprobs = log_probs(model.decode(tokens[:, -1:], enc, cache), vocab_size)  # (B'*K, V)
+        rows = scores.size(1)  # 1 at step 0, K after
+        logits = model.decode(tokens[:, -1:], enc, cache)[:, -1, :]  # (B'*r, V)
+        at_limit = None
         if step >= min(max_len[s] for s in active):
-            at_limit = torch.tensor([step >= max_len[s] for s in active], device=device)  # (B',)
-            force_eos_(lprobs, at_limit.repeat_interleave(beam))
-        cand_scores, cand_beam, cand_tok = _select_candidates(scores, lprobs, beam)  # (B', 2K) each
+            at_limit = torch.tensor([step >= max_len[s] for s in active], device=device).repeat_interleave(rows)
+        cand_scores, cand_beam, cand_tok = _select_candidates(scores, logits, beam, vocab_size, at_limit)
         _finalize(finished, active, tokens, cand_scores, cand_beam, cand_tok, beam)
 
         live = _live_positions(cand_tok, beam)  # (B', K)
         scores = cand_scores.gather(1, live)  # (B', K), sorted best first
-        parents = cand_beam.gather(1, live) + torch.arange(len(active), device=device).unsqueeze(1) * beam
+        parents = cand_beam.gather(1, live) + torch.arange(len(active), device=device).unsqueeze(1) * rows
         new_tok = cand_tok.gather(1, live)  # (B', K)
 
         best_live = scores[:, 0].tolist()  # the beam is sorted: its first entry bounds the others
@@ -194,8 +209,9 @@ def beam_search(
             keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)  # (B'',)
             active = [s for s, d in zip(active, done, strict=True) if not d]
             scores, parents, new_tok = scores[keep], parents[keep], new_tok[keep]
-            enc.reorder((keep.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(-1))
         index = parents.view(-1)  # (B''*K,) rows of the current batch to continue from
+        if rows != beam or any(done):  # the rows' sentences changed: the encoder output follows
+            enc.reorder(index)  # (within a sentence every row has the same encoder output)
         cache.reorder(index)  # the one place the cache follows the beams
         tokens = torch.cat([tokens.index_select(0, index), new_tok.view(-1, 1)], dim=1)  # (B''*K, t + 2)
 

@@ -8,7 +8,7 @@ source pieces *without* its EOS and ``a, b = cfg.max_len_a, cfg.max_len_b``; it 
 most ``max_positions - 1`` (the decoder input ``[BOS] + pieces`` must fit the model's positions). A
 hypothesis holds at most ``max_len`` pieces: at step ``max_len`` only EOS is allowed.
 
-Scores: log-probs are taken in float32 (``log_softmax`` of the float32 logits); PAD, BOS and the
+Scores: log-probs are taken in float32 (``z - logsumexp(z)`` of the float32 logits); PAD, BOS and the
 embedding's padding ids (``>= vocab_size`` when the search is given the tokenizer's size) are never
 generated (their log-probs are set to -inf *after* the softmax, without renormalising, so a reported
 log-prob is the model's own); UNK is allowed.
@@ -70,18 +70,21 @@ def max_output_lengths(
     return limits
 
 
-def log_probs(logits: Tensor, vocab_size: int | None = None) -> Tensor:
-    """Next-token log-probs in float32 with PAD/BOS banned: logits (N, 1, V) -> (N, V).
-
-    ``vocab_size``: the tokenizer's real vocabulary; ids at or past it (the embedding's rounding to a
-    multiple of 8) are banned too.
-    """
-    lprobs = torch.log_softmax(logits[:, -1, :].float(), dim=-1)  # (N, V)
-    lprobs[:, PAD_ID] = NEG_INF
-    lprobs[:, BOS_ID] = NEG_INF
+def ban_(scores: Tensor, vocab_size: int | None = None) -> Tensor:
+    """In place: PAD, BOS and ids at or past ``vocab_size`` (the embedding's rounding to a multiple of
+    8) get -inf in ``scores`` (N, V), which may be logits or log-probs."""
+    scores[:, PAD_ID] = NEG_INF
+    scores[:, BOS_ID] = NEG_INF
     if vocab_size is not None:
-        lprobs[:, vocab_size:] = NEG_INF
-    return lprobs
+        scores[:, vocab_size:] = NEG_INF
+    return scores
+
+
+def log_probs(logits: Tensor, vocab_size: int | None = None) -> Tensor:
+    """Next-token log-probs in float32 with PAD/BOS (and ids ``>= vocab_size``) banned: logits (N, 1, V) -> (N, V)."""
+    logits = logits[:, -1, :].float()  # (N, V)
+    # z - logsumexp(z), the very formula beam search uses on its top tokens (so beam 1 == greedy, bit for bit)
+    return ban_(logits - torch.logsumexp(logits, dim=-1, keepdim=True), vocab_size)
 
 
 def force_eos_(lprobs: Tensor, rows: Tensor) -> Tensor:
@@ -105,6 +108,7 @@ __all__ = [
     "DecodableModel",
     "Hypothesis",
     "Reorderable",
+    "ban_",
     "force_eos_",
     "log_probs",
     "max_output_lengths",

@@ -68,6 +68,23 @@ def attention(
     return out, weights
 
 
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
+    """Attention where each group of ``g`` consecutive query rows shares one row of keys and values.
+
+    q: (B*g, H, T, Dh); k, v: (B, H, S, Dh); mask broadcastable to (B, H, 1, S) -> (B*g, H, T, Dh).
+    The g rows' queries become g*T queries of their group's row, so the keys and values are read once
+    per group instead of once per row (beam search: the K beams of a sentence share its source).
+    """
+    rows, heads, length, head_dim = q.shape
+    n_groups = k.size(0)
+    if rows % n_groups:
+        raise ValueError(f"{rows} query rows do not split into groups over {n_groups} key rows")
+    g = rows // n_groups
+    q = q.view(n_groups, g, heads, length, head_dim).transpose(1, 2).reshape(n_groups, heads, g * length, head_dim)
+    out, _ = attention(q, k, v, mask, dropout_p=dropout_p)  # (B, H, g*T, Dh)
+    return out.view(n_groups, heads, g, length, head_dim).transpose(1, 2).reshape(rows, heads, length, head_dim)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (section 3.2.2), one module for both uses in the Transformer.
 
@@ -117,7 +134,10 @@ class MultiHeadAttention(nn.Module):
         """
         q, k, v = self._project(x, memory, cache)
         p = self.dropout if self.training else 0.0
-        out, _ = attention(q, k, v, mask, is_causal=is_causal, dropout_p=p)  # (B, H, T, Dh)
+        if q.size(0) != k.size(0):  # cached source K/V of row groups (beam search, see mt.model.cache)
+            out = grouped_attention(q, k, v, mask, dropout_p=p)
+        else:
+            out, _ = attention(q, k, v, mask, is_causal=is_causal, dropout_p=p)  # (B, H, T, Dh)
         return self.out(self._merge_heads(out))  # (B, T, D)
 
     def attention_weights(
@@ -134,10 +154,7 @@ class MultiHeadAttention(nn.Module):
         if self.self_attention:
             q, k, v = (self._split_heads(t) for t in self.qkv(x).split(self.d_model, dim=-1))
             if cache is not None:
-                if cache.self_k is not None:
-                    k = torch.cat([cache.self_k, k], dim=2)  # (B, H, t + T, Dh)
-                    v = torch.cat([cache.self_v, v], dim=2)
-                cache.self_k, cache.self_v = k, v
+                k, v = cache.append(k, v)  # (B, H, t + T, Dh) each
             return q, k, v
         q = self._split_heads(self.q(x))
         if cache is not None and cache.cross_k is not None:

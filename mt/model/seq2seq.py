@@ -7,7 +7,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from mt.config import ModelConfig
-from mt.model.cache import DecoderCache, EncoderOut, source_rows
+from mt.model.cache import DecoderCache, EncoderOut
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_embedding
 from mt.model.encoder import Encoder
@@ -32,15 +32,17 @@ class Seq2SeqTransformer(nn.Module):
     def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecoderCache | None = None) -> Tensor:
         """Logits (B, T, V) for ``tgt_in``; see ``Decoder.forward`` for the cached, incremental case.
 
-        With a cache, the first call computes the encoder-decoder K/V from ``enc`` and keeps its pad
-        mask in the cache; later calls read nothing from ``enc``.
+        With a cache, the first call projects the encoder-decoder K/V from ``enc`` (once per group of
+        copies when ``enc`` holds consecutive copies of each sentence, see ``mt.model.cache``) and keeps
+        the pad mask in the cache; later calls read nothing from ``enc``.
         """
         if cache is None:
             return self.decoder(tgt_in, enc.out, enc.pad_mask)
         if cache.src_pad_mask is None:
-            cache.src_pad_mask = enc.pad_mask
-            cache.src_rows = source_rows(enc.rows, enc.out.size(0), enc.out.device)
-        return self.decoder(tgt_in, enc.out, cache.src_pad_mask, cache)
+            group = cache.group = enc.copies_per_group()
+            cache.src_pad_mask = enc.pad_mask[::group]  # (B / g, S)
+            return self.decoder(tgt_in, enc.out[::group], cache.src_pad_mask, cache)
+        return self.decoder(tgt_in, None, cache.src_pad_mask, cache)
 
     def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V)."""

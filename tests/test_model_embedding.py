@@ -85,10 +85,17 @@ def test_initialisation() -> None:
     assert weight[1:].std().item() == pytest.approx(d**-0.5, rel=0.02)
     assert weight[1:].mean().abs().item() < 0.01
     layer = model.encoder.layers[0]
-    bound = math.sqrt(6 / (d + d))  # Xavier-uniform of each (d, d) block of the fused Q|K|V projection
-    qkv = layer.self_attn.qkv.weight
-    assert qkv.abs().max().item() <= bound and qkv.abs().max().item() > 0.95 * bound
-    assert qkv.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.02)
+    # fairseq: Xavier-uniform with gain 1/sqrt(2) for each (d, d) block of Q|K|V (= Xavier of the fused
+    # (3d, d) matrix of the original in_proj), gain 1 for the output projection
+    bound = math.sqrt(6 / (d + d))
+    for weight, gain in [
+        (layer.self_attn.qkv.weight, 2**-0.5),
+        (model.decoder.layers[0].cross_attn.q.weight, 2**-0.5),
+        (model.decoder.layers[0].cross_attn.kv.weight, 2**-0.5),
+        (layer.self_attn.out.weight, 1.0),
+    ]:
+        assert weight.abs().max().item() <= gain * bound and weight.abs().max().item() > 0.95 * gain * bound
+        assert weight.std().item() == pytest.approx(gain * bound / math.sqrt(3), rel=0.03)
     for name, param in model.named_parameters():
         if name.endswith(".bias") and "norm" not in name:
             assert torch.equal(param, torch.zeros_like(param)), name

@@ -30,6 +30,9 @@ def _main(dcfg: DictConfig) -> None:
 
 
 def main() -> None:
+    from mt.runtime import tune_malloc
+
+    tune_malloc()
     _main()
 
 

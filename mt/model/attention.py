@@ -110,12 +110,21 @@ class MultiHeadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform per (D, D) block, as if Q, K, V were separate matrices; zero biases."""
-        for linear in self.children():
-            assert isinstance(linear, nn.Linear)
+        """fairseq's initialisation: Xavier-uniform per (D, D) block, gain 1/sqrt(2) for the Q, K and V
+        projections and 1 for the output projection; zero biases.
+
+        The 1/sqrt(2) is what Xavier on one fused (3D, D) matrix gives each block (fan_in + fan_out =
+        4D instead of 2D), i.e. the original Transformer's init. With gain 1, Q and K start with twice
+        the variance and the initial attention logits with four times (peakier attention). A Multi30k
+        run of the 4+4-layer d=128 model with gain 1 sat at valid BLEU 9-10 from update 1,000 to
+        3,000 while its perplexity fell from 35 to 17 (README, "Results").
+        """
+        for linear in (self.qkv,) if self.self_attention else (self.q, self.kv):
             for block in linear.weight.data.split(self.d_model, dim=0):
-                nn.init.xavier_uniform_(block)
+                nn.init.xavier_uniform_(block, gain=2**-0.5)
             nn.init.zeros_(linear.bias)
+        nn.init.xavier_uniform_(self.out.weight)
+        nn.init.zeros_(self.out.bias)
 
     def forward(
         self,

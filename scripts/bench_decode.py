@@ -27,7 +27,6 @@ import torch  # noqa: E402
 from mt.config import DecodeConfig, compose  # noqa: E402
 from mt.data import read_lines  # noqa: E402
 from mt.decode import Translator  # noqa: E402
-from mt.runtime import tune_malloc  # noqa: E402
 
 DEFAULT_INPUT = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
 
@@ -91,7 +90,6 @@ def main() -> None:
     p.add_argument("--max-sentences", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="runs of each search; the median is reported")
     args = p.parse_args()
-    print(f"malloc tuning (mt.runtime): {'on' if tune_malloc() else 'off'}")
 
     torch.set_num_threads(args.threads)
     if args.ckpt is not None:

@@ -20,7 +20,6 @@ import torch
 
 from mt.config import compose
 from mt.data import collate
-from mt.runtime import tune_malloc
 from mt.train.optim import set_lr
 from mt.train.step import train_step
 from mt.train.trainer import Trainer
@@ -37,7 +36,6 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--precision", default="fp32")
     args = p.parse_args()
-    print(f"malloc tuning (mt.runtime): {'on' if tune_malloc() else 'off'}")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose([

@@ -74,10 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from mt.data import DataError
     from mt.eval.report import evaluate
-    from mt.runtime import tune_malloc
     from mt.train.checkpoint import CheckpointError
-
-    tune_malloc()
 
     try:
         translator, cfg, path = load_translator(args)

@@ -30,9 +30,6 @@ def _main(dcfg: DictConfig) -> None:
 
 
 def main() -> None:
-    from mt.runtime import tune_malloc
-
-    tune_malloc()
     _main()
 
 

@@ -138,10 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_decode_args(parser)
     args = parser.parse_args(argv)
     from mt.data import DataError
-    from mt.runtime import tune_malloc
     from mt.train.checkpoint import CheckpointError
-
-    tune_malloc()
 
     try:
         translator, _, path = load_translator(args)

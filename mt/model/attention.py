@@ -115,9 +115,10 @@ class MultiHeadAttention(nn.Module):
 
         The 1/sqrt(2) is what Xavier on one fused (3D, D) matrix gives each block (fan_in + fan_out =
         4D instead of 2D), i.e. the original Transformer's init. With gain 1, Q and K start with twice
-        the variance and the initial attention logits with four times (peakier attention). A Multi30k
-        run of the 4+4-layer d=128 model with gain 1 sat at valid BLEU 9-10 from update 1,000 to
-        3,000 while its perplexity fell from 35 to 17 (README, "Results").
+        the variance and the initial attention logits with four times (peakier attention), and
+        training is far slower: on Multi30k the 4+4-layer d=128 model (lr 5e-3) had valid BLEU 9.1 /
+        perplexity 34.6 after 1,000 updates with gain 1 (and still 9.7 / 17.1 after 3,000), against
+        23.1 / 16.6 with this init.
         """
         for linear in (self.qkv,) if self.self_attention else (self.q, self.kv):
             for block in linear.weight.data.split(self.d_model, dim=0):

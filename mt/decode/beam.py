@@ -141,16 +141,17 @@ def _finalize(
     cand_beam: Tensor,
     cand_tok: Tensor,
     beam: int,
+    rows: int,
 ) -> None:
     """Turn finite EOS candidates among the top K into finished hypotheses (best first)."""
     top_eos = (cand_tok[:, :beam] == EOS_ID) & cand_scores[:, :beam].isfinite()  # (B', K)
     if not bool(top_eos.any()):
         return
-    rows, pos = top_eos.nonzero(as_tuple=True)  # rank order within each sentence
-    parents = rows * (tokens.size(0) // len(active)) + cand_beam[rows, pos]  # 1 or K rows a sentence
+    sent, pos = top_eos.nonzero(as_tuple=True)  # rank order within each sentence
+    parents = sent * rows + cand_beam[sent, pos]  # rows: 1 or K a sentence
     histories = tokens.index_select(0, parents)[:, 1:].tolist()  # drop BOS
-    for row, history, logprob in zip(rows.tolist(), histories, cand_scores[rows, pos].tolist(), strict=True):
-        finished.add(active[row], history, logprob)
+    for i, history, logprob in zip(sent.tolist(), histories, cand_scores[sent, pos].tolist(), strict=True):
+        finished.add(active[i], history, logprob)
 
 
 @torch.inference_mode()
@@ -190,7 +191,7 @@ def beam_search(
         if step >= min(max_len[s] for s in active):
             at_limit = torch.tensor([step >= max_len[s] for s in active], device=device).repeat_interleave(rows)
         cand_scores, cand_beam, cand_tok = _select_candidates(scores, logits, beam, vocab_size, at_limit)
-        _finalize(finished, active, tokens, cand_scores, cand_beam, cand_tok, beam)
+        _finalize(finished, active, tokens, cand_scores, cand_beam, cand_tok, beam, rows)
 
         live = _live_positions(cand_tok, beam)  # (B', K)
         scores = cand_scores.gather(1, live)  # (B', K), sorted best first

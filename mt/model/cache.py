@@ -163,15 +163,11 @@ class DecoderCache:
     def _cross_index(self, index: Tensor) -> Tensor | None:
         """The source rows the new rows ``index`` need, or None when they are all kept as they are.
 
-        Sets ``group`` for the new rows: the old group when every new group of rows comes from one
-        old group (beams swapping within a sentence, whole sentences dropped), the run length when
-        the rows' sources come in equal runs (beam search's first step, one row per sentence, fanning
-        out to K), else 1 (one source row per decoder row)."""
+        Sets ``group`` to the length of the equal runs the new rows' sources come in: the old group
+        when beams swap within a sentence or whole sentences drop, K when beam search's first step
+        fans one row per sentence out to K, else 1 (one source row per decoder row)."""
         sources = index // self.group  # (B',) the source row of each new row
-        g = self.group
-        if g == 1 or index.numel() % g or not bool((sources.view(-1, g) == sources.view(-1, g)[:, :1]).all()):
-            g = run_length(sources)
-        self.group = g
+        g = self.group = run_length(sources)
         kept = sources[::g]  # (B' / g,)
         n_sources = self.src_pad_mask.size(0) if self.src_pad_mask is not None else -1
         if kept.numel() == n_sources and torch.equal(kept, torch.arange(n_sources, device=kept.device)):

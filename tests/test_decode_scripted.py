@@ -253,3 +253,25 @@ def test_invalid_settings_fail_fast() -> None:
         beam_search(ScriptedModel([HAND]), src, mask, cfg_of(nbest=3))
     with pytest.raises(ValueError, match="length penalty"):
         beam_search(ScriptedModel([HAND]), src, mask, cfg_of(length_penalty="wu"))
+
+
+@pytest.mark.parametrize("vocab", [8000, 8003, 40])
+def test_topk_rows_matches_topk(vocab: int) -> None:
+    """The chunked top-k gives topk's values, and ids that hold those values, on hard rows too."""
+    from mt.decode.common import topk_rows
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, vocab, generator=g)
+    scores[1] = torch.randint(0, 3, (vocab,), generator=g).float()  # many ties
+    scores[2] = -math.inf
+    scores[2, 7] = -1.0  # one finite entry (a row at its length limit: only EOS)
+    scores[3, : vocab // 2] = -math.inf  # whole chunks banned
+    scores[4, -5:] = 50.0  # the best ids all in the last chunk
+    for k in (1, 2, 8):
+        values, ids = topk_rows(scores, k)
+        expected = scores.topk(k, dim=1).values
+        assert torch.equal(values, expected)
+        assert torch.equal(scores.gather(1, ids), values)
+        finite = values.isfinite()
+        for row in range(scores.size(0)):  # the finite ids are distinct
+            assert len(set(ids[row][finite[row]].tolist())) == int(finite[row].sum())

@@ -4,7 +4,7 @@ Layout: the B' sentences still being decoded each own K consecutive rows, so eve
 (B'*K, ...) and row ``i * K + k`` is beam k of active sentence i. One step:
 
 1. ``model.decode`` the last token of every row with the cache -> logits (B'*K, V); log-probs are
-   taken in float32 against the logsumexp over all ids, PAD/BOS banned, only EOS allowed once a
+   the float32 ``log_softmax`` over all ids, PAD/BOS banned afterwards, only EOS allowed once a
    sentence reaches its maximum length.
 2. Candidates: cumulative log-prob of each beam plus each next token, (B', K*V); keep the best 2K
    (computed from each beam's own best 2K tokens, which hold them all).
@@ -48,6 +48,7 @@ the beam is sorted, the best live ``s`` bounds them all. (c) never changes the o
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mt.config import DecodeConfig
@@ -60,6 +61,7 @@ from mt.decode.common import (
     force_eos_,
     max_output_lengths,
     start_tokens,
+    topk_rows,
 )
 from mt.decode.length_penalty import check_penalty, length_penalty_scalar
 
@@ -106,22 +108,19 @@ def _select_candidates(
     """Top 2K continuations per sentence.
 
     scores (B', r) cumulative log-probs of each sentence's r rows (r = 1 at step 0, else K), logits
-    (B'*r, V) of the step (overwritten), at_limit (B'*r,) bool rows that may only end (or None)
+    (B'*r, V) of the step, at_limit (B'*r,) bool rows that may only end (or None)
     -> (cand_scores, cand_row, cand_tok), each (B', 2K), best first; cand_row in [0, r).
 
     Every one of a sentence's top 2K candidates is among its own row's top 2K tokens, so each row is
-    cut to its top 2K first: log-probs are formed for 2K tokens a row instead of V, and the final top-k
-    runs over 2K*r values instead of r*V.
+    cut to its top 2K first (``topk_rows``): the final top-k runs over 2K*r values instead of r*V.
     """
     n, rows = scores.shape
-    logits = logits.float()  # (B'*r, V), modified in place below (beam search owns the step's output)
-    lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (B'*r, 1), over every id, banned ones too
-    ban_(logits, vocab_size)
+    lprobs = ban_(F.log_softmax(logits.float(), dim=-1), vocab_size)  # (B'*r, V), normalised over every id
     if at_limit is not None:
-        force_eos_(logits, at_limit)
-    k2 = min(2 * beam, logits.size(-1))
-    top_logits, top_tok = logits.topk(k2, dim=1)  # (B'*r, 2K)
-    cand = (scores.view(-1, 1) + (top_logits - lse)).view(n, rows * k2)  # (B', r*2K)
+        force_eos_(lprobs, at_limit)
+    k2 = min(2 * beam, lprobs.size(-1))
+    top_lprobs, top_tok = topk_rows(lprobs, k2)  # (B'*r, 2K)
+    cand = (scores.view(-1, 1) + top_lprobs).view(n, rows * k2)  # (B', r*2K)
     cand_scores, pos = cand.topk(min(2 * beam, rows * k2), dim=1)  # (B', 2K)
     return cand_scores, pos // k2, top_tok.view(n, rows * k2).gather(1, pos)
 

@@ -8,7 +8,7 @@ source pieces *without* its EOS and ``a, b = cfg.max_len_a, cfg.max_len_b``; it 
 most ``max_positions - 1`` (the decoder input ``[BOS] + pieces`` must fit the model's positions). A
 hypothesis holds at most ``max_len`` pieces: at step ``max_len`` only EOS is allowed.
 
-Scores: log-probs are taken in float32 (``z - logsumexp(z)`` of the float32 logits); PAD, BOS and the
+Scores: log-probs are taken in float32 (``log_softmax`` of the float32 logits); PAD, BOS and the
 embedding's padding ids (``>= vocab_size`` when the search is given the tokenizer's size) are never
 generated (their log-probs are set to -inf *after* the softmax, without renormalising, so a reported
 log-prob is the model's own); UNK is allowed.
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mt.config import DecodeConfig
@@ -82,9 +83,27 @@ def ban_(scores: Tensor, vocab_size: int | None = None) -> Tensor:
 
 def log_probs(logits: Tensor, vocab_size: int | None = None) -> Tensor:
     """Next-token log-probs in float32 with PAD/BOS (and ids ``>= vocab_size``) banned: logits (N, 1, V) -> (N, V)."""
-    logits = logits[:, -1, :].float()  # (N, V)
-    # z - logsumexp(z), the very formula beam search uses on its top tokens (so beam 1 == greedy, bit for bit)
-    return ban_(logits - torch.logsumexp(logits, dim=-1, keepdim=True), vocab_size)
+    # the very call beam search makes (so beam 1 == greedy, bit for bit)
+    return ban_(F.log_softmax(logits[:, -1, :].float(), dim=-1), vocab_size)  # (N, V)
+
+
+def topk_rows(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest entries of each row of ``scores`` (N, V), best first: (values, ids), each (N, k).
+
+    Exact, and faster than ``scores.topk(k)`` over a whole vocabulary (about 2x for V = 8000): each row
+    is cut into chunks of C ids, the k chunks with the largest maxima are kept (they hold a top k: a
+    chunk holding one of the k largest values has a maximum at least as large as the k-th), and the
+    top k is taken among their k * C entries. Ties may be broken differently from ``topk``.
+    """
+    n, vocab = scores.shape
+    chunk = next((c for c in (64, 32, 16) if vocab % c == 0 and vocab // c > k), 0)
+    if not chunk:
+        return scores.topk(k, dim=1)
+    chunks = scores.view(n, vocab // chunk, chunk)  # (N, V/C, C)
+    best_chunks = chunks.amax(dim=2).topk(k, dim=1).indices  # (N, k)
+    entries = chunks.gather(1, best_chunks.unsqueeze(2).expand(n, k, chunk)).view(n, k * chunk)  # (N, k*C)
+    values, pos = entries.topk(k, dim=1)  # (N, k)
+    return values, best_chunks.gather(1, pos // chunk) * chunk + pos % chunk
 
 
 def force_eos_(lprobs: Tensor, rows: Tensor) -> Tensor:
@@ -114,4 +133,5 @@ __all__ = [
     "max_output_lengths",
     "source_lengths",
     "start_tokens",
+    "topk_rows",
 ]

@@ -247,3 +247,43 @@ def test_grouped_attention_equals_attention_over_repeated_keys() -> None:
     assert torch.allclose(grouped_attention(q, k, v, mask), expected, atol=1e-6)
     with pytest.raises(ValueError, match="groups"):
         grouped_attention(q[:5], k, v, mask)
+
+
+@torch.inference_mode()
+def test_beam_reorders_copy_no_stored_keys_and_dropped_groups_are_filled_in_place() -> None:
+    """Beams swapping within a sentence only change the slot table; a finished sentence's place is
+    taken by the last one (beam search's order), copying that one alone; chunks of T > 1 still work."""
+    model = tiny_model().eval()
+    beams = 4
+    src, src_mask = random_batch([5, 9, 4])
+    tgt, _ = random_batch([8, 8, 8], bos=True)  # T = 9
+    enc = model.encode(src, src_mask).reorder(torch.arange(3).repeat_interleave(beams))
+    tgt = tgt.repeat_interleave(beams, dim=0)  # (12, T)
+    full = model.decode(tgt, enc)
+    cache = model.new_cache()
+    decode_steps(model, tgt, enc, cache, range(3))
+    keys = cache.layers[0]._keys
+    assert keys is not None and cache.group == beams
+
+    within = torch.tensor([3, 3, 0, 1, 6, 4, 4, 5, 11, 11, 11, 8])
+    cache.reorder(within)
+    assert cache.layers[0]._keys is keys  # nothing copied
+    step = model.decode(tgt[within, 3:5], enc, cache)  # two tokens in one call
+    assert torch.allclose(step, full[within, 3:5], atol=1e-5)
+
+    drop = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])  # sentence 1 finished, sentence 2 takes its place
+    cache.reorder(drop)
+    rows = within[drop]
+    assert cache.layers[0]._keys.data_ptr() == keys.data_ptr()  # filled in place
+    assert torch.equal(cache.src_pad_mask, src_mask[[0, 2]])
+    step = decode_steps(model, tgt[rows], enc, cache, range(5, 9))
+    assert torch.allclose(step, full[rows, 5:9], atol=1e-5)
+
+
+def test_take_rows_equals_index_select() -> None:
+    from mt.model.cache import take_rows
+
+    for index in ([0, 4, 2, 3], [0, 1, 2], [3, 3, 1, 0], [4, 3, 2, 1, 0], [0, 0, 1, 1, 2, 2]):
+        store = torch.arange(5 * 3).view(5, 3).float()
+        expected = store.index_select(0, torch.tensor(index))
+        assert torch.equal(take_rows(store, torch.tensor(index)), expected)

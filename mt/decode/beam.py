@@ -153,6 +153,15 @@ def _finalize(
         finished.add(active[i], history, logprob)
 
 
+def _fill_from_the_end(done: list[bool]) -> list[int]:
+    """The sentences to keep, in an order that moves few: each finished one's place is taken by the
+    last unfinished one behind it (e.g. done = [F, T, F, F, T, F] -> [0, 5, 2, 3]), so the cache
+    copies only the moved sentences (``mt.model.cache.take_rows``) instead of every one after a gap."""
+    kept = [i for i, d in enumerate(done) if not d]
+    movers = iter(i for i in reversed(kept) if i >= len(kept))
+    return [i if i < len(kept) and not done[i] else next(movers) for i in range(len(kept))]
+
+
 @torch.inference_mode()
 def beam_search(
     model: DecodableModel,
@@ -205,9 +214,10 @@ def beam_search(
         ]
         if all(done):
             break
-        if any(done):  # finished sentences leave the batch
-            keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)  # (B'',)
-            active = [s for s, d in zip(active, done, strict=True) if not d]
+        if any(done):  # finished sentences leave the batch, the last ones move into their places
+            kept = _fill_from_the_end(done)
+            keep = torch.tensor(kept, device=device)  # (B'',)
+            active = [active[i] for i in kept]
             scores, parents, new_tok = scores[keep], parents[keep], new_tok[keep]
         index = parents.view(-1)  # (B''*K,) rows of the current batch to continue from
         if rows != beam or any(done):  # the rows' sentences changed: the encoder output follows

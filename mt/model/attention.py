@@ -41,7 +41,8 @@ def attention(
 ) -> tuple[Tensor, Tensor | None]:
     """softmax(Q K^T / sqrt(Dh) + mask) V  (section 3.2.1).
 
-    q: (B, H, T, Dh); k, v: (B, H, S, Dh); mask: bool, True = may attend, broadcastable to (B, H, T, S).
+    q: (B, H, T, Dh); k, v: (B, H, S, Dh); mask: bool, True = may attend (or float, added to the
+    scores), broadcastable to (B, H, T, S).
     Returns the output (B, H, T, Dh) and, with ``need_weights``, the weights (B, H, T, S) computed on
     the reference path; without it the fused ``scaled_dot_product_attention`` kernel is used.
     """
@@ -71,9 +72,10 @@ def attention(
 def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
     """Attention where each group of ``g`` consecutive query rows shares one row of keys and values.
 
-    q: (B*g, H, T, Dh); k, v: (B, H, S, Dh); mask broadcastable to (B, H, 1, S) -> (B*g, H, T, Dh).
-    The g rows' queries become g*T queries of their group's row, so the keys and values are read once
-    per group instead of once per row (beam search: the K beams of a sentence share its source).
+    q: (B*g, H, T, Dh); k, v: (B, H, S, Dh); mask broadcastable to (B, H, g*T, S), its query axis
+    ordered (row in group, step) -> (B*g, H, T, Dh). The g rows' queries become g*T queries of their
+    group's row, so the keys and values are read once per group instead of once per row (beam search:
+    the K beams of a sentence share its source, and their self-attention keys, see mt.model.cache).
     """
     rows, heads, length, head_dim = q.shape
     n_groups = k.size(0)
@@ -142,9 +144,11 @@ class MultiHeadAttention(nn.Module):
         over all of them; encoder-decoder attention projects ``memory`` into ``cache.cross_k/cross_v``
         on the first call and reuses them after (``memory`` is then not read).
         """
-        q, k, v = self._project(x, memory, cache)
+        q, k, v, slot_mask = self._project(x, memory, cache)
         p = self.dropout if self.training else 0.0
-        if q.size(0) != k.size(0):  # cached source K/V of row groups (beam search, see mt.model.cache)
+        if slot_mask is not None:  # cached self-attention of row groups: each row reads its ancestors' keys
+            mask, is_causal = slot_mask, False
+        if q.size(0) != k.size(0):  # rows in groups that share K/V (beam search, see mt.model.cache)
             out = grouped_attention(q, k, v, mask, dropout_p=p)
         else:
             out, _ = attention(q, k, v, mask, is_causal=is_causal, dropout_p=p)  # (B, H, T, Dh)
@@ -154,27 +158,30 @@ class MultiHeadAttention(nn.Module):
         self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None, is_causal: bool = False
     ) -> Tensor:
         """The attention weights (B, H, T, S) for ``x`` (reference path, no cache)."""
-        q, k, v = self._project(x, memory, None)
+        q, k, v, _ = self._project(x, memory, None)
         _, weights = attention(q, k, v, mask, is_causal=is_causal, need_weights=True)
         assert weights is not None
         return weights
 
-    def _project(self, x: Tensor, memory: Tensor | None, cache: LayerCache | None) -> tuple[Tensor, ...]:
-        """Queries, keys and values, each (B, H, len, Dh), reading and updating the cache."""
+    def _project(
+        self, x: Tensor, memory: Tensor | None, cache: LayerCache | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Queries (B, H, T, Dh), keys and values (rows or groups, H, len, Dh), reading and updating the
+        cache, and the cache's slot mask for grouped self-attention (else None)."""
         if self.self_attention:
             q, k, v = (self._split_heads(t) for t in self.qkv(x).split(self.d_model, dim=-1))
             if cache is not None:
-                k, v = cache.append(k, v)  # (B, H, t + T, Dh) each
-            return q, k, v
+                return q, *cache.append(k, v)  # (B / g, H, (t + T) * g, Dh) each, slot mask
+            return q, k, v, None
         q = self._split_heads(self.q(x))
-        if cache is not None and cache.cross_k is not None:
-            return q, cache.cross_k, cache.cross_v
+        if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
+            return q, cache.cross_k, cache.cross_v, None
         if memory is None:
             raise ValueError("encoder-decoder attention needs `memory` (or a filled cache)")
         k, v = (self._split_heads(t) for t in self.kv(memory).split(self.d_model, dim=-1))
         if cache is not None:
             cache.cross_k, cache.cross_v = k, v
-        return q, k, v
+        return q, k, v, None
 
     def _split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape

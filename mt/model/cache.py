@@ -63,74 +63,96 @@ def run_length(values: Tensor) -> int:
 class LayerCache:
     """One decoder layer's keys and values.
 
-    Self-attention K/V live in a time-major store (capacity, rows, H, Dh) whose first ``length`` steps
-    are valid; ``self_k``/``self_v`` are (rows, H, length, Dh) views of it, which attention reads as
-    they are. Time-major, a step is appended in place (no ``cat`` that copies the whole history every
-    step) and a reorder is one ``index_select`` into a spare store (the two are swapped), so each step
-    copies the history once instead of twice. ``cross_k``/``cross_v`` (rows / group, H, S, Dh) hold the
-    projected source (one row per group of decoder rows, see the module doc), filled on the first call.
+    Self-attention K/V live in a store (G, capacity, g, H, Dh): G groups of ``g`` consecutive decoder
+    rows (``DecoderCache.group``; 1 unless beam search groups a sentence's beams), and for every group,
+    step and slot the key that the group's row in that slot produced at that step; the first
+    ``length`` steps are valid. With g == 1 each row is a group and reads its own keys. With g > 1 a
+    row reads, at each step, the slot of its ancestor (``slot_mask``, set by ``DecoderCache`` for
+    every call), so reordering the beams of a sentence moves no stored key at all: only the small
+    slot table changes. The K/V of a group's ``length * g`` keys are one (G, H, length * g, Dh) view,
+    which attention reads with the mask (``grouped_attention``).
+
+    ``cross_k``/``cross_v`` (G, H, S, Dh) hold the projected source, one row per group, filled on the
+    first call.
     """
 
     def __init__(self) -> None:
         self.length = 0
-        self._keys: Tensor | None = None  # (capacity, rows, H, Dh)
+        self.group = 1  # decoder rows per group, set by DecoderCache
+        self.slot_mask: Tensor | None = None  # (G, 1, g*T, (length + T)*g) additive, this call's (g > 1)
+        self._keys: Tensor | None = None  # (G, capacity, g, H, Dh)
         self._values: Tensor | None = None
-        self._spare: tuple[Tensor, Tensor] | None = None  # reorder target, same layout
         self.cross_k: Tensor | None = None
         self.cross_v: Tensor | None = None
 
     @property
     def self_k(self) -> Tensor | None:
-        """Keys of the steps so far, (rows, H, length, Dh), or None before the first step."""
-        return None if self._keys is None else self._keys[: self.length].permute(1, 2, 0, 3)
+        """Stored keys per group, (G, H, length * g, Dh) (step-major, slot-minor); with g == 1 these are
+        each row's keys in order, (rows, H, length, Dh). None before the first step."""
+        return None if self._keys is None else self._view(self._keys)
 
     @property
     def self_v(self) -> Tensor | None:
-        return None if self._values is None else self._values[: self.length].permute(1, 2, 0, 3)
+        return None if self._values is None else self._view(self._values)
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Add this call's k, v (rows, H, T, Dh); return all keys and values (rows, H, length + T, Dh)."""
-        steps = k.size(2)
-        needed = self.length + steps
-        if self._keys is None or needed > self._keys.size(0):
+    def _view(self, store: Tensor) -> Tensor:
+        return store[:, : self.length].flatten(1, 2).transpose(1, 2)  # (G, L, g, H, Dh) -> (G, H, L*g, Dh)
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Add this call's k, v (rows, H, T, Dh); return the keys and values to attend to, each
+        (G, H, (length + T) * g, Dh), and the slot mask (None when g == 1: plain causal attention)."""
+        rows, heads, steps, head_dim = k.shape
+        g, needed = self.group, self.length + steps
+        if self._keys is None or needed > self._keys.size(1):
             self._keys, self._values = self._grow(self._keys, k, needed), self._grow(self._values, v, needed)
-            self._spare = None
-        self._keys[self.length : needed] = k.permute(2, 0, 1, 3)  # (T, rows, H, Dh)
-        self._values[self.length : needed] = v.permute(2, 0, 1, 3)
+        for store, new in ((self._keys, k), (self._values, v)):
+            # (rows, H, T, Dh) -> (G, g, H, T, Dh) -> (G, T, g, H, Dh)
+            store[:, self.length : needed] = new.view(rows // g, g, heads, steps, head_dim).permute(0, 3, 1, 2, 4)
         self.length = needed
-        return self.self_k, self.self_v  # type: ignore[return-value]
+        return self.self_k, self.self_v, self.slot_mask  # type: ignore[return-value]
 
     def _grow(self, store: Tensor | None, new: Tensor, needed: int) -> Tensor:
         """A store of capacity >= ``needed`` (doubling), holding the valid steps of ``store``."""
         rows, heads, _, head_dim = new.shape
-        capacity = max(16, needed, 2 * (store.size(0) if store is not None else 0))
-        grown = new.new_empty(capacity, rows, heads, head_dim)
+        capacity = max(16, needed, 2 * (store.size(1) if store is not None else 0))
+        grown = new.new_empty(rows // self.group, capacity, self.group, heads, head_dim)
         if store is not None and self.length:
-            grown[: self.length] = store[: self.length]
+            grown[:, : self.length] = store[:, : self.length]
         return grown
 
-    def reorder(self, index: Tensor, cross_index: Tensor | None) -> LayerCache:
-        """Select rows ``index`` of the self-attention K/V and rows ``cross_index`` (None: all, as they
-        are) of the source K/V."""
-        if self._keys is not None and self._values is not None:
-            shape = (self._keys.size(0), index.numel(), *self._keys.shape[2:])
-            if self._spare is None or self._spare[0].shape != shape:
-                self._spare = (self._keys.new_empty(shape), self._values.new_empty(shape))
-            spare_k, spare_v = self._spare
-            for store, spare in ((self._keys, spare_k), (self._values, spare_v)):
-                if store.requires_grad:  # out= does not support autograd (decoding under grad, e.g. tests)
-                    spare[: self.length] = store[: self.length].index_select(1, index)
-                else:
-                    torch.index_select(store[: self.length], 1, index, out=spare[: self.length])
-            if spare_k.size(1) == self._keys.size(1):  # same row count: keep the old store as the next spare
-                self._spare = (self._keys, self._values)
-            else:
-                self._spare = None
-            self._keys, self._values = spare_k, spare_v
-        if cross_index is not None and self.cross_k is not None and self.cross_v is not None:
-            self.cross_k = self.cross_k.index_select(0, cross_index)
-            self.cross_v = self.cross_v.index_select(0, cross_index)
-        return self
+    def select_groups(self, groups: Tensor) -> None:
+        """Keep groups ``groups`` (G',) of the self- and source K/V (may repeat or drop groups)."""
+        for name in ("_keys", "_values", "cross_k", "cross_v"):
+            store = getattr(self, name)
+            if store is not None:
+                setattr(self, name, take_rows(store, groups))
+
+    def widen(self, group: int) -> None:
+        """Make room for ``group`` > g slots per group (a fan-out); stored slots keep their numbers."""
+        for name in ("_keys", "_values"):
+            store = getattr(self, name)
+            if store is not None:
+                # zeros, not garbage: the new slots of past steps are masked out, and a masked NaN
+                # would still poison the softmax and the weighted sum
+                wide = store.new_zeros(store.size(0), store.size(1), group, *store.shape[3:])
+                wide[:, : self.length, : store.size(2)] = store[:, : self.length]
+                setattr(self, name, wide)
+        self.group = group
+
+    def materialize(self, groups: Tensor, slots: Tensor) -> None:
+        """One group per row again: row i gets the keys of old group ``groups[i]`` at the slots
+        ``slots[i]`` (length,) it reads, and the source K/V of that group."""
+        steps = torch.arange(self.length, device=groups.device)
+        for name in ("_keys", "_values"):
+            store = getattr(self, name)
+            if store is not None:
+                history = store[groups.unsqueeze(1), steps.unsqueeze(0), slots]  # (rows', L, H, Dh)
+                own = store.new_empty(groups.numel(), store.size(1), 1, *store.shape[3:])
+                own[:, : self.length, 0] = history
+                setattr(self, name, own)
+        if self.cross_k is not None and self.cross_v is not None:
+            self.cross_k, self.cross_v = self.cross_k.index_select(0, groups), self.cross_v.index_select(0, groups)
+        self.group = 1
 
 
 @dataclass
@@ -139,37 +161,110 @@ class DecoderCache:
 
     ``layers``: one ``LayerCache`` per decoder layer. ``src_pad_mask`` (B / group, S): the source padding
     mask of each source row, kept from the first call so that later calls need nothing else from the
-    encoder output. ``group``: decoder rows per source row (beam size in beam search, else 1).
+    encoder output. ``group``: decoder rows per group (beam size in beam search, else 1). ``slots``
+    (rows, length), only when group > 1: the slot of the self-attention key each row reads at each
+    step (its ancestor's), see ``LayerCache``.
     """
 
     layers: list[LayerCache] = field(default_factory=list)
     src_pad_mask: Tensor | None = None
     group: int = 1
+    slots: Tensor | None = None
 
     @property
     def length(self) -> int:
         """Target steps decoded so far (the position of the next token)."""
         return self.layers[0].length if self.layers else 0
 
-    def reorder(self, index: Tensor) -> DecoderCache:
-        """Keep rows ``index`` (LongTensor (B',); may permute, repeat or drop rows) everywhere, in place."""
-        cross_index = self._cross_index(index)
+    def set_group(self, group: int) -> None:
+        """Declare ``group`` rows per group before the first call (consecutive copies of a sentence)."""
+        self.group = group
         for layer in self.layers:
-            layer.reorder(index, cross_index)
-        if self.src_pad_mask is not None and cross_index is not None:
-            self.src_pad_mask = self.src_pad_mask.index_select(0, cross_index)
+            layer.group = group
+
+    def begin_call(self, rows: int, steps: int, dtype: torch.dtype, device: torch.device) -> None:
+        """Before a ``decode`` of ``steps`` new tokens for ``rows`` rows: extend the slot table (each
+        row's new keys go in its own slot) and give every layer this call's attention mask."""
+        g = self.group
+        if g == 1:
+            for layer in self.layers:
+                layer.slot_mask = None
+            return
+        own = (torch.arange(rows, device=device) % g).unsqueeze(1).expand(rows, steps)  # (rows, T)
+        self.slots = own if self.slots is None else torch.cat([self.slots, own], dim=1)  # (rows, L)
+        length = self.slots.size(1)
+        allowed = self.slots.unsqueeze(-1) == torch.arange(g, device=device)  # (rows, L, g)
+        allowed = allowed.unsqueeze(1)  # (rows, 1, L, g)
+        if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
+            allowed = allowed & causal_steps(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
+        allowed = allowed.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        for layer in self.layers:
+            layer.slot_mask = mask
+
+    def reorder(self, index: Tensor) -> DecoderCache:
+        """Keep rows ``index`` (LongTensor (B',); may permute, repeat or drop rows) everywhere, in place.
+
+        The new rows come from old groups ``index // group``; they form groups again when those come in
+        equal runs (beams swapping or repeating within a sentence, sentences dropping out, one row per
+        sentence fanning out to K), and then only dropped or repeated groups are copied. Otherwise
+        every row becomes a group of one with its own copy of the keys it reads."""
+        g = self.group
+        sources = index // g  # (B',) the old group of each new row
+        new_g = run_length(sources)
+        if 1 < new_g < g:  # fewer slots than are stored: no room to keep the slot numbers
+            new_g = 1
+        slots = None
+        if g > 1 and self.slots is not None:
+            slots = self.slots.index_select(0, index)  # (B', L)
+        elif new_g > 1 and self.length:
+            slots = torch.zeros(index.numel(), self.length, dtype=torch.long, device=index.device)
+        if new_g == 1 and g > 1:
+            for layer in self.layers:
+                layer.materialize(sources, slots if slots is not None else torch.zeros_like(sources).unsqueeze(1))
+            self._select_source_rows(sources)
+            slots = None
+        else:
+            kept = sources[::new_g]  # (B' / g',) the old group of each new group
+            if not self._is_identity(kept):
+                for layer in self.layers:
+                    layer.select_groups(kept)
+                self._select_source_rows(kept)
+            if new_g > g:
+                for layer in self.layers:
+                    layer.widen(new_g)
+        self.slots = slots
+        self.set_group(new_g)
         return self
 
-    def _cross_index(self, index: Tensor) -> Tensor | None:
-        """The source rows the new rows ``index`` need, or None when they are all kept as they are.
+    def _is_identity(self, groups: Tensor) -> bool:
+        n_groups = self.src_pad_mask.size(0) if self.src_pad_mask is not None else -1
+        return groups.numel() == n_groups and torch.equal(groups, torch.arange(n_groups, device=groups.device))
 
-        Sets ``group`` to the length of the equal runs the new rows' sources come in: the old group
-        when beams swap within a sentence or whole sentences drop, K when beam search's first step
-        fans one row per sentence out to K, else 1 (one source row per decoder row)."""
-        sources = index // self.group  # (B',) the source row of each new row
-        g = self.group = run_length(sources)
-        kept = sources[::g]  # (B' / g,)
-        n_sources = self.src_pad_mask.size(0) if self.src_pad_mask is not None else -1
-        if kept.numel() == n_sources and torch.equal(kept, torch.arange(n_sources, device=kept.device)):
-            return None
-        return kept
+    def _select_source_rows(self, groups: Tensor) -> None:
+        if self.src_pad_mask is not None:
+            self.src_pad_mask = self.src_pad_mask.index_select(0, groups)
+
+
+def take_rows(store: Tensor, index: Tensor) -> Tensor:
+    """``store.index_select(0, index)``, but in place when most rows stay where they are.
+
+    When finished sentences leave a batch and the last ones move into their places (beam search
+    orders its sentences that way), ``index`` is ``0 .. G'-1`` but for a few entries: only those rows
+    are copied, into ``store`` itself, and the result is the view ``store[:G']``. (Not under autograd:
+    in-place writes into tensors that may be views of a graph's outputs are not allowed there.)
+    """
+    n = index.numel()
+    if store.requires_grad or n > store.size(0):
+        return store.index_select(0, index)
+    moved = (index != torch.arange(n, device=index.device)).nonzero().squeeze(1)  # (m,)
+    if 2 * moved.numel() > n:
+        return store.index_select(0, index)
+    if moved.numel():
+        store[moved] = store.index_select(0, index[moved])  # sources are read before any row is written
+    return store[:n]
+
+
+def causal_steps(queries: int, keys: int, device: torch.device | None = None) -> Tensor:
+    """Bool (T, L), True where query i (at step L - T + i) may see step j (bottom-right aligned)."""
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(diagonal=keys - queries)

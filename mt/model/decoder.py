@@ -52,6 +52,8 @@ class Decoder(nn.Module):
         start = 0 if cache is None else cache.length
         mask = ~memory_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
         x = self.embedding(tgt_in, start)  # (B, T, D)
+        if cache is not None:
+            cache.begin_call(tgt_in.size(0), tgt_in.size(1), x.dtype, x.device)
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, mask, None if cache is None else cache.layers[i])
         if self.final_norm is not None:

@@ -39,9 +39,9 @@ class Seq2SeqTransformer(nn.Module):
         if cache is None:
             return self.decoder(tgt_in, enc.out, enc.pad_mask)
         if cache.src_pad_mask is None:
-            group = cache.group = enc.copies_per_group()
-            cache.src_pad_mask = enc.pad_mask[::group]  # (B / g, S)
-            return self.decoder(tgt_in, enc.out[::group], cache.src_pad_mask, cache)
+            cache.set_group(enc.copies_per_group())
+            cache.src_pad_mask = enc.pad_mask[:: cache.group]  # (B / g, S)
+            return self.decoder(tgt_in, enc.out[:: cache.group], cache.src_pad_mask, cache)
         return self.decoder(tgt_in, None, cache.src_pad_mask, cache)
 
     def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor) -> Tensor:

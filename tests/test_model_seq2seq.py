@@ -287,3 +287,6 @@ def test_take_rows_equals_index_select() -> None:
         store = torch.arange(5 * 3).view(5, 3).float()
         expected = store.index_select(0, torch.tensor(index))
         assert torch.equal(take_rows(store, torch.tensor(index)), expected)
+        store = torch.arange(5 * 3).view(5, 3).float()
+        taken = take_rows(store, torch.tensor(index), steps=2)  # only the first 2 columns are valid
+        assert torch.equal(taken[:, :2], expected[:, :2])

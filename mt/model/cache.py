@@ -114,7 +114,7 @@ class LayerCache:
     def _grow(self, store: Tensor | None, new: Tensor, needed: int) -> Tensor:
         """A store of capacity >= ``needed`` (doubling), holding the valid steps of ``store``."""
         rows, heads, _, head_dim = new.shape
-        capacity = max(16, needed, 2 * (store.size(1) if store is not None else 0))
+        capacity = max(32, needed, 2 * (store.size(1) if store is not None else 0))
         grown = new.new_empty(rows // self.group, capacity, self.group, heads, head_dim)
         if store is not None and self.length:
             grown[:, : self.length] = store[:, : self.length]
@@ -122,19 +122,20 @@ class LayerCache:
 
     def select_groups(self, groups: Tensor) -> None:
         """Keep groups ``groups`` (G',) of the self- and source K/V (may repeat or drop groups)."""
-        for name in ("_keys", "_values", "cross_k", "cross_v"):
+        for name, steps in (("_keys", self.length), ("_values", self.length), ("cross_k", None), ("cross_v", None)):
             store = getattr(self, name)
             if store is not None:
-                setattr(self, name, take_rows(store, groups))
+                setattr(self, name, take_rows(store, groups, steps))
 
     def widen(self, group: int) -> None:
         """Make room for ``group`` > g slots per group (a fan-out); stored slots keep their numbers."""
         for name in ("_keys", "_values"):
             store = getattr(self, name)
             if store is not None:
-                # zeros, not garbage: the new slots of past steps are masked out, and a masked NaN
-                # would still poison the softmax and the weighted sum
-                wide = store.new_zeros(store.size(0), store.size(1), group, *store.shape[3:])
+                wide = store.new_empty(store.size(0), store.size(1), group, *store.shape[3:])
+                # zeros, not garbage, in the new slots of past steps: they are masked out, but a masked
+                # NaN would still poison the softmax and the weighted sum (later steps fill every slot)
+                wide[:, : self.length].zero_()
                 wide[:, : self.length, : store.size(2)] = store[:, : self.length]
                 setattr(self, name, wide)
         self.group = group
@@ -246,13 +247,14 @@ class DecoderCache:
             self.src_pad_mask = self.src_pad_mask.index_select(0, groups)
 
 
-def take_rows(store: Tensor, index: Tensor) -> Tensor:
+def take_rows(store: Tensor, index: Tensor, steps: int | None = None) -> Tensor:
     """``store.index_select(0, index)``, but in place when most rows stay where they are.
 
     When finished sentences leave a batch and the last ones move into their places (beam search
     orders its sentences that way), ``index`` is ``0 .. G'-1`` but for a few entries: only those rows
-    are copied, into ``store`` itself, and the result is the view ``store[:G']``. (Not under autograd:
-    in-place writes into tensors that may be views of a graph's outputs are not allowed there.)
+    are copied, into ``store`` itself, and the result is the view ``store[:G']``; with ``steps``, only
+    the first ``steps`` entries of dim 1 (the valid part of a K/V store) are copied. (Not under
+    autograd: in-place writes into tensors that may be views of a graph's outputs are not allowed.)
     """
     n = index.numel()
     if store.requires_grad or n > store.size(0):
@@ -261,7 +263,8 @@ def take_rows(store: Tensor, index: Tensor) -> Tensor:
     if 2 * moved.numel() > n:
         return store.index_select(0, index)
     if moved.numel():
-        store[moved] = store.index_select(0, index[moved])  # sources are read before any row is written
+        valid = store if steps is None else store[:, :steps]
+        valid[moved] = valid.index_select(0, index[moved])  # sources are read before any row is written
     return store[:n]
 
 

@@ -171,6 +171,16 @@ class DecoderCache:
     src_pad_mask: Tensor | None = None
     group: int = 1
     slots: Tensor | None = None
+    _source_bias: Tensor | None = None  # src_pad_mask as an additive mask, made once per reorder
+
+    def source_bias(self, dtype: torch.dtype) -> Tensor:
+        """The encoder-decoder attention mask (B / group, 1, 1, S): 0 for a source token, -inf for
+        padding. Additive, so attention does not convert a bool mask in every layer at every step."""
+        assert self.src_pad_mask is not None, "the first decode call sets the source pad mask"
+        if self._source_bias is None or self._source_bias.dtype != dtype:
+            bias = torch.zeros(self.src_pad_mask.shape, dtype=dtype, device=self.src_pad_mask.device)
+            self._source_bias = bias.masked_fill_(self.src_pad_mask, float("-inf"))[:, None, None, :]
+        return self._source_bias
 
     @property
     def length(self) -> int:
@@ -245,6 +255,7 @@ class DecoderCache:
     def _select_source_rows(self, groups: Tensor) -> None:
         if self.src_pad_mask is not None:
             self.src_pad_mask = self.src_pad_mask.index_select(0, groups)
+            self._source_bias = None
 
 
 def take_rows(store: Tensor, index: Tensor, steps: int | None = None) -> Tensor:

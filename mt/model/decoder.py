@@ -50,9 +50,11 @@ class Decoder(nn.Module):
         positions continue from ``cache.length`` and every layer extends its cache (see ``LayerCache``).
         """
         start = 0 if cache is None else cache.length
-        mask = ~memory_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
         x = self.embedding(tgt_in, start)  # (B, T, D)
-        if cache is not None:
+        if cache is None:
+            mask = ~memory_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
+        else:
+            mask = cache.source_bias(x.dtype)  # (B / group, 1, 1, S), 0 or -inf
             cache.begin_call(tgt_in.size(0), tgt_in.size(1), x.dtype, x.device)
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, mask, None if cache is None else cache.layers[i])

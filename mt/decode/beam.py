@@ -58,6 +58,7 @@ from mt.decode.common import (
     DecodableModel,
     Hypothesis,
     ban_,
+    fill_from_the_end,
     force_eos_,
     max_output_lengths,
     start_tokens,
@@ -153,15 +154,6 @@ def _finalize(
         finished.add(active[i], history, logprob)
 
 
-def _fill_from_the_end(done: list[bool]) -> list[int]:
-    """The sentences to keep, in an order that moves few: each finished one's place is taken by the
-    last unfinished one behind it (e.g. done = [F, T, F, F, T, F] -> [0, 5, 2, 3]), so the cache
-    copies only the moved sentences (``mt.model.cache.take_rows``) instead of every one after a gap."""
-    kept = [i for i, d in enumerate(done) if not d]
-    movers = iter(i for i in reversed(kept) if i >= len(kept))
-    return [i if i < len(kept) and not done[i] else next(movers) for i in range(len(kept))]
-
-
 @torch.inference_mode()
 def beam_search(
     model: DecodableModel,
@@ -215,7 +207,7 @@ def beam_search(
         if all(done):
             break
         if any(done):  # finished sentences leave the batch, the last ones move into their places
-            kept = _fill_from_the_end(done)
+            kept = fill_from_the_end(done)
             keep = torch.tensor(kept, device=device)  # (B'',)
             active = [active[i] for i in kept]
             scores, parents, new_tok = scores[keep], parents[keep], new_tok[keep]

@@ -114,6 +114,16 @@ def force_eos_(lprobs: Tensor, rows: Tensor) -> Tensor:
     return lprobs
 
 
+def fill_from_the_end(done: list[bool]) -> list[int]:
+    """The rows (sentences) to keep when those marked ``done`` leave a batch, in an order that moves
+    few: each finished one's place is taken by the last unfinished one behind it (e.g. done =
+    [F, T, F, F, T, F] -> [0, 5, 2, 3]), so the cache copies only the moved ones
+    (``mt.model.cache.take_rows``) instead of every one after a gap."""
+    kept = [i for i, d in enumerate(done) if not d]
+    movers = iter(i for i in reversed(kept) if i >= len(kept))
+    return [i if i < len(kept) and not done[i] else next(movers) for i in range(len(kept))]
+
+
 def start_tokens(n: int, device: torch.device) -> Tensor:
     """The decoder's first input, ``[BOS]`` per row: (n, 1) long."""
     return torch.full((n, 1), BOS_ID, dtype=torch.long, device=device)
@@ -128,6 +138,7 @@ __all__ = [
     "Hypothesis",
     "Reorderable",
     "ban_",
+    "fill_from_the_end",
     "force_eos_",
     "log_probs",
     "max_output_lengths",

@@ -19,6 +19,7 @@ from mt.decode.common import (
     EOS_ID,
     DecodableModel,
     Hypothesis,
+    fill_from_the_end,
     force_eos_,
     log_probs,
     max_output_lengths,
@@ -71,9 +72,9 @@ def decode_single_path(
         ):
             lp = length_penalty_scalar(len(history) + 1, cfg.length_penalty, cfg.alpha)
             results[sent] = [Hypothesis(history, lp_sum / lp, lp_sum)]
-        keep = (~ended).nonzero().squeeze(1)  # (B'',)
-        if keep.numel() == 0:
+        if bool(ended.all()):
             break
+        keep = torch.tensor(fill_from_the_end(ended.tolist()), device=device)  # (B'',) few rows move
         cache.reorder(keep)
         enc.reorder(keep)
         active, tokens, logprob, limit = active[keep], tokens[keep], logprob[keep], limit[keep]

@@ -7,12 +7,14 @@ length limit, so its speed says nothing). Without ``--decode-ckpt``, the first `
 one and keeps it in ``runs/bench_small``: the Multi30k preset with ``model=transformer_small``,
 lr 1e-3, 1k warmup, 800 updates (about 30 minutes on 2 cores; its beam outputs average as many pieces
 as the references). Later runs reuse it. Each part prints its own figures (medians of several runs,
-alternated where two systems are compared).
+alternated where two systems are compared). With ``ctranslate2`` installed (not a dependency), the
+decoding benchmark alternates mt and CTranslate2 on the same checkpoint (``scripts/bench_ct2.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +70,14 @@ def main() -> None:
         run("bench_train.py", "--data-dir", args.data_dir)
     if "decode" not in args.skip:
         ckpt = args.decode_ckpt or train_decode_checkpoint(args.data_dir)
-        run("bench_decode.py", "--ckpt", str(ckpt), "--input", f"{args.data_dir}/test_2016_flickr.en.gz")
+        decode_args = ("--ckpt", str(ckpt), "--input", f"{args.data_dir}/test_2016_flickr.en.gz")
+        if importlib.util.find_spec("ctranslate2") is None:
+            run("bench_decode.py", *decode_args)
+            print("\n(pip install ctranslate2 to time the same checkpoint in CTranslate2 too: scripts/bench_ct2.py)")
+            return
+        for _ in range(2):  # alternated, so machine drift hits both systems alike
+            run("bench_decode.py", *decode_args, "--repeats", "2")
+            run("bench_ct2.py", *decode_args, "--repeats", "2")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,18 @@ silently wrong), so it lives here, next to the fields it has to cover.
 
 Grouped rows (beam search): the source keys/values are kept once per sentence, (B, H, S, Dh) instead
 of (B*g, H, S, Dh), while ``g`` consecutive decoder rows (its beams) read them, and the g rows of a
-group attend to them together (``grouped_attention``). Groups arise when the encoder output given to
-the first cached ``decode`` holds ``g`` consecutive copies of each sentence (``EncoderOut.rows``, e.g.
-``[0 0 0 0 1 1 1 1]``), or when a reorder fans each row out into a run of ``g`` copies (beam search
-decodes step 0 with one row per sentence, then continues with K). A reorder that keeps every row in
-its group (beams of one sentence swapping and repeating) leaves them untouched; one that drops whole
-groups (finished sentences) keeps the surviving groups; anything else falls back to one source row
-per decoder row, so ``reorder`` stays correct for any index.
+group attend to them together (``grouped_attention``). The group's self-attention keys/values share
+one store too, with a slot per row: every step each row writes its own slot, and the slot table
+(``DecoderCache.slots``) records which slot each row reads at each step, its ancestor's. Beams that
+swap or repeat within a sentence change only that table (no stored key moves: before this, every
+beam search step copied the whole self-attention history of every row). Groups arise when the
+encoder output given to the first cached ``decode`` holds ``g`` consecutive copies of each sentence
+(``EncoderOut.rows``, e.g. ``[0 0 0 0 1 1 1 1]``), or when a reorder fans each row out into a run of
+``g`` copies (beam search decodes step 0 with one row per sentence, then continues with K). A
+reorder that keeps every row in its group leaves the stores untouched; one that drops whole groups
+(finished sentences) copies only the groups that move (``take_rows``); anything else falls back to
+one row per group, each with its own copy of the keys it reads, so ``reorder`` stays correct for
+any index.
 
 Both ``reorder`` methods work in place and return ``self``, so ``cache.reorder(i)`` and
 ``cache = cache.reorder(i)`` are equally right.

@@ -103,7 +103,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
 
-    import ctranslate2
+    try:
+        import ctranslate2
+    except ModuleNotFoundError:
+        raise SystemExit("bench_ct2.py needs CTranslate2: pip install ctranslate2 (not a dependency of mt)") from None
 
     torch.set_num_threads(args.threads)
     model, tokenizers, cfg = load_for_inference(args.ckpt, "cpu")

@@ -135,8 +135,10 @@ def main() -> None:
                 print(f"{label:>8}: {rate}", flush=True)
                 results.setdefault(label, []).append((len(lines) / wall, tokens / wall))
                 if beam == args.beam:
-                    texts = [tokenizers.tgt.decode([vocab.index(t) for t in r.hypotheses[0]]) for r in out]
+                    beam_out = out
         del ct2
+    piece_id = {piece: i for i, piece in enumerate(vocab)}
+    texts = [tokenizers.tgt.decode([piece_id[t] for t in r.hypotheses[0]]) for r in beam_out]
     # mt with the penalty CTranslate2 has, for the agreement check; after the timing, so that the two
     # libraries' OpenMP thread pools never spin at the same time
     decode = dataclasses.replace(

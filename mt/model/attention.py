@@ -16,12 +16,14 @@ masked weights exactly 0 in ordinary rows; PyTorch's SDPA returns zeros for such
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mt.model.cache import LayerCache
+if TYPE_CHECKING:  # the cache uses causal_mask from here
+    from mt.model.cache import LayerCache
 
 
 def causal_mask(queries: int, keys: int, device: torch.device | None = None) -> Tensor:

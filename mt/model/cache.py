@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from mt.model.attention import causal_mask
+
 
 @dataclass
 class EncoderOut:
@@ -127,10 +129,17 @@ class LayerCache:
 
     def select_groups(self, groups: Tensor) -> None:
         """Keep groups ``groups`` (G',) of the self- and source K/V (may repeat or drop groups)."""
-        for name, steps in (("_keys", self.length), ("_values", self.length), ("cross_k", None), ("cross_v", None)):
+        for name in ("_keys", "_values"):
             store = getattr(self, name)
             if store is not None:
-                setattr(self, name, take_rows(store, groups, steps))
+                setattr(self, name, take_rows(store, groups, self.length))
+        self._select_source(groups)
+
+    def _select_source(self, groups: Tensor) -> None:
+        for name in ("cross_k", "cross_v"):
+            store = getattr(self, name)
+            if store is not None:
+                setattr(self, name, take_rows(store, groups))
 
     def widen(self, group: int) -> None:
         """Make room for ``group`` > g slots per group (a fan-out); stored slots keep their numbers."""
@@ -143,7 +152,6 @@ class LayerCache:
                 wide[:, : self.length].zero_()
                 wide[:, : self.length, : store.size(2)] = store[:, : self.length]
                 setattr(self, name, wide)
-        self.group = group
 
     def materialize(self, groups: Tensor, slots: Tensor) -> None:
         """One group per row again: row i gets the keys of old group ``groups[i]`` at the slots
@@ -156,9 +164,7 @@ class LayerCache:
                 own = store.new_empty(groups.numel(), store.size(1), 1, *store.shape[3:])
                 own[:, : self.length, 0] = history
                 setattr(self, name, own)
-        if self.cross_k is not None and self.cross_v is not None:
-            self.cross_k, self.cross_v = self.cross_k.index_select(0, groups), self.cross_v.index_select(0, groups)
-        self.group = 1
+        self._select_source(groups)
 
 
 @dataclass
@@ -212,7 +218,7 @@ class DecoderCache:
         allowed = self.slots.unsqueeze(-1) == torch.arange(g, device=device)  # (rows, L, g)
         allowed = allowed.unsqueeze(1)  # (rows, 1, L, g)
         if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
-            allowed = allowed & causal_steps(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
+            allowed = allowed & causal_mask(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
         allowed = allowed.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
         mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
         for layer in self.layers:
@@ -230,16 +236,11 @@ class DecoderCache:
         new_g = run_length(sources)
         if 1 < new_g < g:  # fewer slots than are stored: no room to keep the slot numbers
             new_g = 1
-        slots = None
-        if g > 1 and self.slots is not None:
-            slots = self.slots.index_select(0, index)  # (B', L)
-        elif new_g > 1 and self.length:
-            slots = torch.zeros(index.numel(), self.length, dtype=torch.long, device=index.device)
         if new_g == 1 and g > 1:
+            slots = self._slots_of(index)
             for layer in self.layers:
-                layer.materialize(sources, slots if slots is not None else torch.zeros_like(sources).unsqueeze(1))
+                layer.materialize(sources, slots)
             self._select_source_rows(sources)
-            slots = None
         else:
             kept = sources[::new_g]  # (B' / g',) the old group of each new group
             if not self._is_identity(kept):
@@ -249,9 +250,16 @@ class DecoderCache:
             if new_g > g:
                 for layer in self.layers:
                     layer.widen(new_g)
-        self.slots = slots
+        self.slots = self._slots_of(index) if new_g > 1 else None
         self.set_group(new_g)
         return self
+
+    def _slots_of(self, index: Tensor) -> Tensor:
+        """The slot each new row ``index`` reads at each past step, (B', length): its old row's (0 for
+        every step while there were no groups)."""
+        if self.slots is not None:
+            return self.slots.index_select(0, index)
+        return torch.zeros(index.numel(), self.length, dtype=torch.long, device=index.device)
 
     def _is_identity(self, groups: Tensor) -> bool:
         n_groups = self.src_pad_mask.size(0) if self.src_pad_mask is not None else -1
@@ -282,8 +290,3 @@ def take_rows(store: Tensor, index: Tensor, steps: int | None = None) -> Tensor:
         valid = store if steps is None else store[:, :steps]
         valid[moved] = valid.index_select(0, index[moved])  # sources are read before any row is written
     return store[:n]
-
-
-def causal_steps(queries: int, keys: int, device: torch.device | None = None) -> Tensor:
-    """Bool (T, L), True where query i (at step L - T + i) may see step j (bottom-right aligned)."""
-    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(diagonal=keys - queries)

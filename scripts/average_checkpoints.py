@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mt.train.checkpoint import average_checkpoints, list_checkpoints, save_checkpoint
+from mt.checkpoint import average_checkpoints, list_checkpoints, save_checkpoint
 
 
 def main() -> None:

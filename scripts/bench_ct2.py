@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
+from mt.checkpoint import load_for_inference
 from mt.data import read_lines
 from mt.decode import Translator
-from mt.train.checkpoint import load_for_inference
 
 DEFAULT_INPUT = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from mt.checkpoint import save_checkpoint, tokenizers_state
 from mt.cli import evaluate as evaluate_cli
 from mt.cli import translate as translate_cli
 from mt.config import Config, ModelConfig, to_dict
 from mt.data import Tokenizers, train_tokenizer
 from mt.model import build_model
-from mt.train.checkpoint import save_checkpoint, tokenizers_state
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from mt.train import checkpoint as ckpt
+from mt import checkpoint as ckpt
 
 
 def _state(value: float) -> dict:

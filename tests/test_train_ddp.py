@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers import TINY
 
-from mt.train import checkpoint as ckpt
+from mt import checkpoint as ckpt
 
 
 def test_torchrun_two_ranks_then_resume_on_one(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import TINY, tiny_config
 
-from mt.train import checkpoint as ckpt
+from mt import checkpoint as ckpt
 from mt.train.loop import train
 from mt.train.trainer import Trainer, TrainingAborted
 

@@ -39,7 +39,7 @@ def load_texts(args: argparse.Namespace, cfg: Config) -> tuple[list[str], list[s
 
 def checkpoint_step(path: Path) -> int | None:
     """The update count stored in the checkpoint (None if it has none)."""
-    from mt.train.checkpoint import load_checkpoint
+    from mt.checkpoint import load_checkpoint
 
     train_state = load_checkpoint(path).get("train_state") or {}
     return train_state.get("step")
@@ -72,9 +72,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from mt.checkpoint import CheckpointError
     from mt.data import DataError
     from mt.eval.report import evaluate
-    from mt.train.checkpoint import CheckpointError
 
     try:
         translator, cfg, path = load_translator(args)

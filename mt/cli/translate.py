@@ -89,7 +89,7 @@ def checkpoint_path(args: argparse.Namespace) -> Path:
 
 def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]:
     """Load the checkpoint named by ``args`` and wrap it in a Translator with the merged settings."""
-    from mt.train.checkpoint import load_for_inference
+    from mt.checkpoint import load_for_inference
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -137,8 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="output file (default: stdout)")
     add_decode_args(parser)
     args = parser.parse_args(argv)
+    from mt.checkpoint import CheckpointError
     from mt.data import DataError
-    from mt.train.checkpoint import CheckpointError
 
     try:
         translator, _, path = load_translator(args)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
+from mt import checkpoint as ckpt
 from mt.config import Config
-from mt.train import checkpoint as ckpt
+from mt.eval.scoring import translate_and_score
 from mt.train.distributed import shutdown
 from mt.train.trainer import Trainer
-from mt.train.validate import translate_and_score
 
 logger = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from mt import checkpoint as ckpt
 from mt.config import Config, to_dict
 from mt.data import PAD_ID, PreparedData, TokenBatchSampler, collate, prepare_data
 from mt.model import build_model
-from mt.train import checkpoint as ckpt
 from mt.train.distributed import DistInfo, all_gather_objects, all_reduce_sum, barrier, init_distributed
 from mt.train.metrics_log import MetricsLog
 from mt.train.optim import build_optimizer, set_lr

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from mt.config import DecodeConfig
 from mt.data import PAD_ID, TokenBatchSampler, collate
-from mt.eval.metrics import score
+from mt.eval.scoring import translate_and_score
 from mt.train.loss import label_smoothed_nll_loss
 
 if TYPE_CHECKING:
@@ -37,20 +36,6 @@ def valid_loss(trainer: Trainer) -> dict[str, float]:
     ntokens = max(ntokens, 1.0)
     nll_bits = nll_sum / ntokens / math.log(2)
     return {"loss": loss_sum / ntokens / math.log(2), "nll_loss": nll_bits, "ppl": 2**nll_bits}
-
-
-def translate_and_score(
-    model, tokenizers, decode_cfg: DecodeConfig, device: torch.device, max_positions: int,
-    sources: list[str], refs: list[str],
-) -> tuple[list[str], dict[str, float | str]]:
-    """Translate ``sources`` and score them against ``refs``: (hypotheses, BLEU, chrF, BLEU signature)."""
-    from mt.decode import Translator
-
-    translator = Translator(model, tokenizers, decode_cfg, device, max_positions=max_positions)
-    hyps = translator.translate(sources)
-    scores = score(hyps, refs)
-    return hyps, {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
-                  "bleu_signature": scores["bleu"]["signature"]}
 
 
 def valid_bleu(trainer: Trainer) -> dict[str, float | str]:

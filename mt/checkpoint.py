@@ -18,10 +18,12 @@ from typing import Any
 
 import torch
 
+from mt.errors import UserError
+
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)\.pt$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError):
     """A checkpoint could not be written or read; the message names the file."""
 
 

@@ -1,7 +1,8 @@
 """Typed configuration: one dataclass per Hydra group (``conf/<group>/*.yaml``).
 
 The dataclasses are registered in Hydra's ConfigStore as schemas, so an unknown key or a value of
-the wrong type fails when the config is composed, not deep inside training. Everything below the
+the wrong type fails when the config is composed, not deep inside training; ``to_config`` then checks the
+values against the rules in ``mt/config_rules.py`` (``validate``). Everything below the
 entry points takes these dataclasses (or plain scalars), never a ``DictConfig``.
 """
 
@@ -12,6 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, OmegaConf
+
+from mt.config_rules import group_problems, problems
+from mt.errors import UserError
+
+
+class ConfigError(UserError):
+    """A config value that cannot work; the message is ``group.key=value: what is allowed`` per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
 
 
 @dataclass
@@ -115,7 +127,7 @@ class TrainConfig:
     max_time_minutes: float = 0.0  # 0 = no limit; stops cleanly with a checkpoint
     update_freq: int = 1  # gradient accumulation
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 on CUDA only)
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # 0 = torch default
     log_every: int = 20
     validate_every: int = 1000
@@ -179,10 +191,26 @@ def register_configs() -> None:
         cs.store(group=group, name=f"base_{group}", node=schema)
 
 
+def validate(cfg: Config) -> Config:
+    """``cfg`` unchanged if every value rule holds, else ``ConfigError`` listing each broken rule."""
+    found = problems(cfg)
+    if found:
+        raise ConfigError(found)
+    return cfg
+
+
+def validate_group(name: str, group: Any) -> Any:
+    """The same for one group's dataclass, e.g. a ``DecodeConfig`` after command-line flags were applied."""
+    found = group_problems(name, group)
+    if found:
+        raise ConfigError(found)
+    return group
+
+
 def to_config(cfg: Any) -> Config:
-    """Turn a composed DictConfig (or a plain dict from a checkpoint) into a typed ``Config``."""
+    """Turn a composed DictConfig (or a plain dict from a checkpoint) into a typed, validated ``Config``."""
     merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+    return validate(OmegaConf.to_object(merged))  # type: ignore[arg-type]
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

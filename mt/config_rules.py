@@ -1,0 +1,158 @@
+"""The value rules of the typed config, one table per group, checked when the config is composed.
+
+Hydra's schemas catch unknown keys and wrong types; these rules catch values of the right type that
+cannot work (``train.validate_every=0``, ``model.heads=3`` with ``d_model=32``, ``decode.top_p=1.5``).
+Each rule names its key and says what is allowed; ``problems`` returns one line per broken rule, as
+``group.key=value: what is allowed``. ``mt.config.validate`` raises them as one ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``ok(value, group)`` says whether ``group.<key>`` is valid; ``allowed`` may cite ``{g.<field>}``."""
+
+    key: str
+    ok: Callable[[Any, Any], bool]
+    allowed: str
+
+    def problem(self, group_name: str, group: Any) -> str | None:
+        """``"group.key=value: allowed"`` when the rule is broken, else None (also for a field not present)."""
+        if not hasattr(group, self.key):  # a field another branch adds later (e.g. decode.min_len)
+            return None
+        value = getattr(group, self.key)
+        if self.ok(value, group):
+            return None
+        return f"{group_name}.{self.key}={_show(value)}: {self.allowed.format(g=group)}"
+
+
+def _show(value: Any) -> str:
+    """A value as one would write it in a Hydra override."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(_show, value)) + "]"
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _why(why: str) -> str:
+    return f" ({why})" if why else ""
+
+
+def positive(key: str, why: str = "") -> Rule:
+    return Rule(key, lambda v, g: v > 0, f"must be > 0{_why(why)}")
+
+
+def at_least(key: str, low: float, why: str = "") -> Rule:
+    return Rule(key, lambda v, g: v >= low, f"must be >= {low}{_why(why)}")
+
+
+def fraction(key: str, why: str = "") -> Rule:
+    """``0 <= value < 1`` (dropout, label smoothing)."""
+    return Rule(key, lambda v, g: 0 <= v < 1, f"must be in [0, 1){_why(why)}")
+
+
+def one_of(key: str, choices: Sequence[str]) -> Rule:
+    return Rule(key, lambda v, g: v in choices, "must be one of " + " | ".join(choices))
+
+
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+RULES: dict[str, list[Rule]] = {
+    "data": [
+        one_of("source", ("demo", "files", "hub")),
+        one_of("format", ("parallel", "tsv", "jsonl")),
+        positive("vocab_size", "SentencePiece pieces, specials included"),
+        Rule("character_coverage", lambda v, g: 0 < v <= 1, "must be in (0, 1] (share of characters covered)"),
+        positive("tokenizer_sample_size", "sentences fed to tokenizer training"),
+        positive("max_len", "pieces per side; longer training pairs are dropped"),
+        at_least("max_len_ratio", 1, "longer side / shorter side; pairs above it are dropped"),
+        positive("max_tokens", "tokens per batch"),
+        at_least("pad_to_multiple", 1, "1 = no padding to a multiple"),
+        positive("shuffle_chunk", "batches' worth of examples sorted together"),
+        at_least("num_workers", 0),
+    ],
+    "model": [
+        positive("encoder_layers"),
+        positive("decoder_layers"),
+        positive("d_model"),
+        positive("d_ff"),
+        positive("heads"),
+        Rule("heads", lambda v, g: v <= 0 or g.d_model % v == 0, "must divide model.d_model={g.d_model}"),
+        fraction("dropout"),
+        fraction("attention_dropout"),
+        fraction("activation_dropout"),
+        one_of("activation", ("relu", "gelu")),
+        positive("max_positions", "longest sequence the model accepts"),
+    ],
+    "optim": [
+        one_of("schedule", ("noam", "inverse_sqrt")),
+        positive("lr", "inverse_sqrt: the peak learning rate"),
+        positive("lr_scale", "noam: the factor of the paper's formula"),
+        # >= 1, not >= 0: both schedules divide by it (noam) or scale by sqrt(warmup / step); 1 = no warmup
+        at_least("warmup_updates", 1, "updates of linear warmup; 1 = none"),
+        at_least("warmup_init_lr", 0),
+        Rule("betas", lambda v, g: len(v) == 2 and all(0 <= b < 1 for b in v), "must be two values in [0, 1)"),
+        positive("eps"),
+        at_least("weight_decay", 0),
+        at_least("clip_norm", 0, "0 = no clipping"),
+        fraction("label_smoothing"),
+    ],
+    "train": [
+        positive("max_updates"),
+        at_least("max_epochs", 0, "0 = no limit"),
+        at_least("max_time_minutes", 0, "0 = no limit"),
+        at_least("update_freq", 1, "batches accumulated per update"),
+        one_of("precision", ("fp32", "bf16", "fp16")),
+        Rule("device", lambda v, g: _DEVICE.fullmatch(v) is not None, "must be one of auto | cpu | cuda | cuda:N"),
+        at_least("threads", 0, "0 = torch default"),
+        at_least("log_every", 1, "log every N updates"),
+        positive("validate_every", "validate every N updates"),
+        at_least("valid_beam_size", 1, "1 = greedy"),
+        at_least("valid_bleu_max_sentences", 0, "0 = the whole valid set"),
+        one_of("best_metric", ("bleu", "loss")),
+        at_least("patience", 0, "0 = off"),
+        at_least("keep_last", 0, "0 = keep every checkpoint"),
+        positive("save_every", "save a checkpoint every N updates"),
+        at_least("average_last", 0, "0 = off"),
+        Rule(
+            "average_last",
+            lambda v, g: v <= 0 or g.keep_last <= 0 or v <= g.keep_last,
+            "must be <= train.keep_last={g.keep_last} (only that many checkpoints are kept to average), or 0 (off)",
+        ),
+        at_least("max_nonfinite_in_a_row", 1),
+        at_least("samples", 0),
+    ],
+    "decode": [
+        one_of("strategy", ("beam", "greedy", "sample")),
+        at_least("beam_size", 1),
+        Rule("nbest", lambda v, g: 1 <= v <= max(g.beam_size, 1), "must be in [1, decode.beam_size={g.beam_size}]"),
+        one_of("length_penalty", ("gnmt", "length", "none")),
+        at_least("max_len_a", 0, "max output length = a * |src| + b"),
+        at_least("max_len_b", 0, "max output length = a * |src| + b"),
+        at_least("min_len", 0, "output pieces before EOS is allowed"),
+        positive("temperature", "sampling temperature"),
+        at_least("top_k", 0, "0 = all tokens"),
+        Rule("top_p", lambda v, g: 0 < v <= 1, "must be in (0, 1] (nucleus mass; 1 = all tokens)"),
+        positive("max_tokens", "source tokens x beam per batch"),
+        positive("max_sentences", "sentences per batch"),
+        one_of("on_too_long", ("truncate", "reject")),
+    ],
+}
+
+
+def group_problems(group_name: str, group: Any) -> list[str]:
+    """One line per broken rule of one group's dataclass (``"decode"``, a ``DecodeConfig``)."""
+    found = (rule.problem(group_name, group) for rule in RULES[group_name])
+    return [p for p in found if p is not None]
+
+
+def problems(cfg: Any) -> list[str]:
+    """One line per broken rule of a whole ``Config``, in group order."""
+    return [p for name in RULES for p in group_problems(name, getattr(cfg, name))]

@@ -8,7 +8,7 @@ from helpers import CONF_DIR, compose_config
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError
 
-from mt.config import Config, ConfigError, DecodeConfig, to_config, to_dict, validate_group
+from mt.config import Config, ConfigError, to_config, to_dict, validate_group
 from mt.config_rules import Rule
 from mt.errors import UserError
 

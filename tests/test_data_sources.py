@@ -66,9 +66,9 @@ def test_tsv_and_jsonl(tmp_path: Path) -> None:
 def test_tsv_and_jsonl_bad_lines(tmp_path: Path) -> None:
     _write(tmp_path / "train.tsv", ["a\tb", "only one field"])
     _write(tmp_path / "train.jsonl", ['{"en": "a", "de": "b"}', '{"en": "a"}'])
-    with pytest.raises(DataError, match=r"train\.tsv line 2: expected 2 tab-separated fields"):
+    with pytest.raises(DataError, match=r"train\.tsv:2: expected 2 tab-separated fields"):
         open_split(_files_cfg(tmp_path, tmp_path / "c", format="tsv"), "train", tmp_path / "c").load()
-    with pytest.raises(DataError, match=r"train\.jsonl line 2: expected string fields 'en' and 'de'"):
+    with pytest.raises(DataError, match=r"train\.jsonl:2: expected string fields 'en' and 'de'"):
         open_split(_files_cfg(tmp_path, tmp_path / "c", format="jsonl"), "train", tmp_path / "c").load()
 
 
@@ -90,8 +90,63 @@ def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
     _write(tmp_path / "train.en", ["fine", "also fine", "fine"])
     bad = tmp_path / "train.de.gz"
     bad.write_bytes(gzip.compress(b"gut\nauch gut\nkaputt \xff\xfe\n"))
-    with pytest.raises(DataError, match=r"invalid UTF-8 in .*train\.de\.gz at line 3"):
+    with pytest.raises(DataError, match=r"train\.de\.gz:3: invalid UTF-8 \(byte 0xff at column 8\)"):
         open_split(_files_cfg(tmp_path, tmp_path / "c"), "train", tmp_path / "c").load()
+
+
+def test_bad_json_line_names_file_line_and_column(tmp_path: Path) -> None:
+    _write(tmp_path / "train.jsonl", ['{"en": "a", "de": "b"}', "", '{"en": "a", "de": }'])
+    with pytest.raises(DataError, match=r"train\.jsonl:3: invalid JSON \(Expecting value at column 19\)"):
+        open_split(_files_cfg(tmp_path, tmp_path / "c", format="jsonl"), "train", tmp_path / "c").load()
+
+
+_TRUNCATED = gzip.compress(b"".join(b"%d\t%d\n" % (i * 7919 % 10007, i) for i in range(20_000)))[:5000]
+
+
+@pytest.mark.parametrize("payload", [bytes(range(256)) * 8, _TRUNCATED], ids=["random bytes", "truncated"])
+@pytest.mark.parametrize("fmt", ["parallel", "tsv"])  # counted first / read by the datasets generator
+def test_corrupt_gzip_is_a_data_error_naming_the_file(tmp_path: Path, payload: bytes, fmt: str) -> None:
+    bad = tmp_path / ("train.en.gz" if fmt == "parallel" else "train.tsv.gz")
+    bad.write_bytes(payload)
+    _write(tmp_path / "train.de", ["x"])
+    with pytest.raises(DataError, match=rf"^{bad}: corrupt or truncated gzip file after line \d+ \(") as err:
+        open_split(_files_cfg(tmp_path, tmp_path / "c", format=fmt), "train", tmp_path / "c").load()
+    assert ("after line 0 " in str(err.value)) == (payload != _TRUNCATED)
+
+
+def test_line_counts_are_compared_before_any_text_is_converted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path / "train.en", ["a"] * 1000, gz=True)
+    _write(tmp_path / "train.de", ["b"] * 999)
+
+    def no_conversion(*args: object, **kwargs: object) -> None:
+        raise AssertionError("text was read into Arrow before the line counts were compared")
+
+    monkeypatch.setattr(datasets.Dataset, "from_generator", no_conversion)
+    with pytest.raises(DataError, match=r"train\.en\.gz has 1000 lines, .*train\.de has 999 lines; line n of"):
+        open_split(_files_cfg(tmp_path, tmp_path / "c"), "train", tmp_path / "c").load()
+
+
+def test_directory_instead_of_a_file_and_missing_data_dir(tmp_path: Path) -> None:
+    (tmp_path / "train.en").mkdir()
+    _write(tmp_path / "train.de", ["x"])
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'train.en'} is a directory, expected a data file$"):
+        open_split(_files_cfg(tmp_path, tmp_path / "c"), "train", tmp_path / "c")
+    with pytest.raises(DataError, match=rf"^data.dir={tmp_path / 'nowhere'}: no such directory$"):
+        open_split(_files_cfg(tmp_path / "nowhere", tmp_path / "c"), "train", tmp_path / "c")
+
+
+def test_unreadable_file_names_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path / "train.en", ["a"])
+    _write(tmp_path / "train.de", ["b"])
+
+    def denied(path: object, mode: str = "r") -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("mt.data.sources.open", denied, raising=False)  # the tests run as root: chmod won't do
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'train.en'}: cannot read \(Permission denied\)$"):
+        open_split(_files_cfg(tmp_path, tmp_path / "c"), "train", tmp_path / "c")
 
 
 def test_missing_file_names_path(tmp_path: Path) -> None:

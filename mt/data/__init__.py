@@ -3,7 +3,9 @@
 from mt.data.batching import Batch, TokenBatchSampler, batch_by_tokens, collate
 from mt.data.binarize import PreparedData, TokenizedSplit, prepare_data
 from mt.data.demo import demo_numbers, write_demo_corpus
-from mt.data.sources import SPLITS, DataError, open_split, read_lines
+from mt.data.errors import DataError
+from mt.data.lines import count_lines, read_lines, read_stream
+from mt.data.sources import SPLITS, open_split
 from mt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -29,10 +31,12 @@ __all__ = [
     "Tokenizers",
     "batch_by_tokens",
     "collate",
+    "count_lines",
     "demo_numbers",
     "open_split",
     "prepare_data",
     "read_lines",
+    "read_stream",
     "train_tokenizer",
     "write_demo_corpus",
 ]

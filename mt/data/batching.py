@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from mt.data.sources import DataError
+from mt.data.errors import DataError
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, round_up
 
 if TYPE_CHECKING:

@@ -30,7 +30,8 @@ import pyarrow as pa
 import torch
 
 from mt.config import DataConfig
-from mt.data.sources import SPLITS, DataError, RawSplit, fingerprint, open_split, progress_bars_on_tty
+from mt.data.errors import DataError
+from mt.data.sources import SPLITS, RawSplit, fingerprint, open_split, progress_bars_on_tty
 from mt.data.tokenizer import Tokenizer, Tokenizers, train_tokenizer
 
 logger = logging.getLogger(__name__)

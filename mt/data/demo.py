@@ -19,7 +19,8 @@ from pathlib import Path
 from num2words import num2words
 
 from mt.config import DemoConfig
-from mt.data.sources import DataError, fingerprint
+from mt.data.errors import DataError
+from mt.data.sources import fingerprint
 
 _DEMO_VERSION = 3  # bump when the generation recipe changes
 SEPARATOR = "; "

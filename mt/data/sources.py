@@ -2,12 +2,12 @@
 
 Every source ends as a ``datasets.Dataset`` with string columns ``src`` and ``tgt`` (Arrow, memory-mapped,
 cached by fingerprint under ``<cache_dir>/hf``). Bad input is rejected here, at the boundary, with a
-``DataError`` that names the file and line, before any tokenizer training or binarization happens.
+``DataError`` that names the file and line, before any tokenizer training or binarization happens. Text is
+read line by line by ``mt.data.lines`` (bytes split on ``\\n`` only, strict UTF-8).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import sys
@@ -20,14 +20,12 @@ from typing import Any
 import datasets
 
 from mt.config import DataConfig
+from mt.data.errors import DataError
+from mt.data.lines import count_lines, read_lines
 
 SPLITS = ("train", "valid", "test")
 _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
-_READER_VERSION = 1  # bump when the way text is read changes, to invalidate cached Arrow files
-
-
-class DataError(ValueError):
-    """Bad input data or settings: the message names the file, line, example or value at fault."""
+_READER_VERSION = 2  # bump when the way text is read changes, to invalidate cached Arrow files
 
 
 def fingerprint(*parts: Any) -> str:
@@ -38,8 +36,11 @@ def fingerprint(*parts: Any) -> str:
 
 def file_digest(path: Path) -> str:
     """Content hash of a file's raw bytes (of the compressed bytes for ``.gz``: cheap and exact)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 @contextmanager
@@ -113,11 +114,12 @@ def open_split(cfg: DataConfig, split: str, cache_root: Path) -> RawSplit:
 
 def _resolve(path: Path) -> Path:
     """``path`` if it exists, else ``path.gz``; ``DataError`` naming both when neither does."""
-    if path.is_file():
-        return path
     gz = path.with_name(path.name + ".gz")
-    if gz.is_file():
-        return gz
+    for candidate in (path, gz):
+        if candidate.is_dir():
+            raise DataError(f"{candidate} is a directory, expected a data file")
+        if candidate.is_file():
+            return candidate
     raise DataError(f"missing data file: {path} (nor {gz.name})")
 
 
@@ -125,6 +127,8 @@ def split_files(cfg: DataConfig, split: str) -> list[Path]:
     """The files of one split: ``[PREFIX.SRC, PREFIX.TGT]`` for parallel, ``[PREFIX.tsv|jsonl]`` otherwise."""
     if cfg.dir is None:
         raise DataError("data.dir must be set for source=files")
+    if not Path(cfg.dir).is_dir():
+        raise DataError(f"data.dir={cfg.dir}: no such directory")
     prefix = {"train": cfg.train_prefix, "valid": cfg.valid_prefix, "test": cfg.test_prefix}[split]
     base = Path(cfg.dir) / prefix
     if cfg.format == "parallel":
@@ -137,23 +141,18 @@ def split_files(cfg: DataConfig, split: str) -> list[Path]:
     raise DataError(f"unknown data.format '{cfg.format}', expected parallel | tsv | jsonl")
 
 
-def read_lines(path: Path) -> Iterator[str]:
-    """Lines of a plain or gzip'd UTF-8 file, without the newline; ``DataError`` with the 1-based line number
-    on invalid UTF-8. Splits on ``\\n`` only (``str.splitlines`` would also split on U+2028 and friends)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(f"invalid UTF-8 in {path} at line {lineno} (byte {e.start}): {raw[:60]!r}") from None
-            if line.endswith("\n"):
-                line = line[:-2] if line.endswith("\r\n") else line[:-1]
-            yield line
-
-
 def _count_rest(lines: Iterator[str]) -> int:
     return sum(1 for _ in lines)
+
+
+def check_line_counts(src_path: Path, tgt_path: Path) -> None:
+    """``DataError`` naming both files and counts unless they have as many lines (cheap: no decoding)."""
+    n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
+    if n_src != n_tgt:
+        raise DataError(
+            f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines; "
+            "line n of one file must be the translation of line n of the other"
+        )
 
 
 def _parallel_pairs(src_path: Path, tgt_path: Path) -> Iterator[dict[str, str]]:
@@ -175,7 +174,7 @@ def _tsv_pairs(path: Path) -> Iterator[dict[str, str]]:
     for lineno, line in enumerate(read_lines(path), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
-            raise DataError(f"{path} line {lineno}: expected 2 tab-separated fields (src, tgt), got {len(fields)}")
+            raise DataError(f"{path}:{lineno}: expected 2 tab-separated fields (src<TAB>tgt), got {len(fields)}")
         yield {"src": fields[0], "tgt": fields[1]}
 
 
@@ -197,8 +196,8 @@ def _jsonl_pairs(path: Path, src_lang: str, tgt_lang: str) -> Iterator[dict[str,
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path} line {lineno}: invalid JSON ({e.msg})") from None
-        yield _pick(row, src_lang, tgt_lang, f"{path} line {lineno}")
+            raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        yield _pick(row, src_lang, tgt_lang, f"{path}:{lineno}")
 
 
 def _generate(paths: str, fmt: str, src_lang: str, tgt_lang: str, key: str) -> Iterator[dict[str, str]]:
@@ -222,6 +221,8 @@ def _load_files(cfg: DataConfig, split: str, key: str, cache_root: Path) -> data
         "tgt_lang": cfg.tgt_lang,
         "key": key,
     }
+    if cfg.format == "parallel":
+        check_line_counts(*map(Path, paths.split("\0")))  # before reading a large corpus into Arrow
     if all(Path(p).stat().st_size == 0 for p in paths.split("\0")):
         return datasets.Dataset.from_dict({"src": [], "tgt": []}, features=_FEATURES)  # load() rejects it
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from mt.data.sources import DataError
+from mt.data.errors import DataError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))  # skipped by decode (UNK decodes to " ⁇ ")

@@ -70,3 +70,20 @@ def test_byte_fallback_round_trips_unseen_characters(val: tuple[list[str], list[
 def test_vocab_too_large_is_a_clear_error() -> None:
     with pytest.raises(DataError, match=r"joint vocabulary of 5000 pieces is larger than the training data.*<= \d+"):
         train_tokenizer(iter(["a tiny corpus", "of two lines"] * 10), 5000)
+
+
+# what read_lines keeps inside a line: NUL, zero-width (ZWSP, ZWJ, BOM), combining marks, controls, nothing
+ODD_LINES = [
+    "a\x00b", "\x00", "zero\u200bwidth\u200djoin\ufeff", "e\u0301\u0301 q\u0308", "", " ", "\t\x0b\x1c\x85\u2028"
+]
+
+
+def test_odd_lines_encode_without_crashing(joint: Tokenizer, val: tuple[list[str], list[str]]) -> None:
+    assert joint.encode("") == [] and joint.encode_batch(["", ""]) == [[], []]
+    for text in ODD_LINES:  # no byte fallback at 1000 pieces: unseen characters are UNK, never a crash
+        ids = joint.encode(text)
+        assert all(0 <= i < joint.vocab_size for i in ids) and (ids == []) == (text == "")
+    assert joint.encode_batch(ODD_LINES, num_threads=2) == [joint.encode(t) for t in ODD_LINES]
+    en, de = val
+    trained = train_tokenizer(iter(en[:500] + de[:500] + ODD_LINES * 3), BYTE_FALLBACK_MIN_VOCAB)  # in training too
+    assert [trained.decode(trained.encode(t)) for t in ODD_LINES] == ODD_LINES  # byte fallback: exact

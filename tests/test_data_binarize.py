@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mt.config import DataConfig
-from mt.data import DataError, PreparedData, prepare_data
+from mt.data import DataError, PreparedData, binarize, prepare_data
 
 PAIRS = [
     ("a small house", "a small house"),  # same text both sides: ratio 1
@@ -106,6 +106,39 @@ def test_vocab_too_large_through_prepare_data(tmp_path: Path) -> None:
     cfg = DataConfig(source="files", dir=str(tmp_path), vocab_size=8000, cache_dir=str(tmp_path / "c"))
     with pytest.raises(DataError, match="vocabulary of 8000 pieces is larger than the training data supports"):
         prepare_data(cfg, splits=("train",))
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["hf"]  # only the text; no <fingerprint>/ entry
+
+
+@pytest.mark.parametrize("fault", [RuntimeError, KeyboardInterrupt])
+def test_a_failure_midway_leaves_only_complete_cache_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: type[BaseException]
+) -> None:
+    for prefix in ("train", "valid", "test"):
+        (tmp_path / f"{prefix}.en").write_text("".join(s + "\n" for s, _ in PAIRS))
+        (tmp_path / f"{prefix}.de").write_text("".join(t + "\n" for _, t in PAIRS))
+    (tmp_path / "valid.en").write_text("boom\n" * len(PAIRS))
+    cfg = DataConfig(source="files", dir=str(tmp_path), valid_prefix="valid", vocab_size=40,
+                     cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    real_encode = binarize._encode
+
+    def encode_until_boom(batch: dict[str, list[str]], **kwargs: object) -> dict[str, list[list[int]]]:
+        if "boom" in batch["src"]:  # the valid split, after the tokenizer and the train split were written
+            raise fault("disk full")
+        return real_encode(batch, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(binarize, "_encode", encode_until_boom)
+    with pytest.raises(fault, match="disk full"):
+        prepare_data(cfg)
+    (root,) = [p for p in (tmp_path / "cache").iterdir() if p.name != "hf"]
+    entries = sorted(p.name for p in root.iterdir())
+    assert entries[0] == "tokenizer" and entries[1].startswith("train-") and len(entries) == 2  # no temporaries
+    assert (root / entries[1] / "stats.json").is_file() and (root / "tokenizer" / "spm.model").is_file()
+
+    monkeypatch.setattr(binarize, "_encode", real_encode)
+    monkeypatch.setattr(binarize, "train_tokenizers", lambda *a: pytest.fail("the complete tokenizer was rebuilt"))
+    data = prepare_data(cfg)  # reuses the complete entries, builds the rest
+    assert list(data.splits["valid"].src_text) == ["boom"] * len(PAIRS)
+    assert len(list(root.iterdir())) == 4
 
 
 def test_parallel_binarization_matches_single_process(

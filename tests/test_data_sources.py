@@ -175,6 +175,7 @@ def test_bad_valid_split_fails_before_tokenizer_training(tmp_path: Path, monkeyp
     monkeypatch.setattr("mt.data.binarize.train_tokenizers", no_training)
     with pytest.raises(DataError, match=r"val\.en has 2 lines, .*val\.de has 1 lines"):
         prepare_data(_files_cfg(tmp_path, tmp_path / "c", valid_prefix="val", vocab_size=40))
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["hf"]  # nothing under a <fingerprint>/ entry
 
 
 # ------------------------------------------------------------------------------------------------ hub

@@ -176,15 +176,6 @@ class Batch:
                 moved[name] = value.to(device, non_blocking=non_blocking)
         return Batch(**moved)
 
-    def pin_memory(self) -> Batch:
-        """Pinned copy (``DataLoader(pin_memory=True)`` calls this on custom batch types)."""
-        return Batch(
-            **{
-                f.name: getattr(self, f.name).pin_memory() if f.name != "ntokens" else self.ntokens
-                for f in fields(self)
-            }
-        )
-
 
 def collate(split: TokenizedSplit, indices: Sequence[int], pad_to_multiple: int = 8) -> Batch:
     """Pad examples ``indices`` of ``split`` into a ``Batch``: ``src = ids + [EOS]``,

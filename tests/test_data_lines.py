@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,19 @@ def test_corrupt_gzip_names_the_file(tmp_path: Path, name: str, payload: bytes, 
         messages.append(str(err.value))
     assert messages[0] == messages[1]  # both readers got as far
     assert ("after line 0 " not in messages[0]) == some_lines_read
+
+
+def test_read_stream_yields_each_line_as_it_arrives() -> None:
+    """Interactive use: a line is translated before the next one is typed (a pipe stands in for a terminal)."""
+    read_fd, write_fd = os.pipe()
+    got: list[str] = []
+    with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "wb", buffering=0) as writer:
+        lines = read_stream(reader)
+        writer.write("first ✓\r\n".encode())
+        worker = threading.Thread(target=lambda: got.append(next(lines)), daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        assert got == ["first ✓"]  # returned while the writer is still open
+        writer.write(b"second")
+        writer.close()
+        assert list(lines) == ["second"]

@@ -75,7 +75,9 @@ def _decode(raw: bytes, name: str, lineno: int) -> str:
 def read_stream(stream: BinaryIO | Iterable[bytes], name: str = "<stdin>") -> Iterator[str]:
     """Lines of a binary stream (e.g. ``sys.stdin.buffer``) as text without line ends, lazily.
 
-    ``name`` is what errors call the stream. Works line by line on an interactive terminal too.
+    Split on ``b"\\n"`` only, a BOM at the start and the ``\\r`` of ``\\r\\n`` removed, each line strict
+    UTF-8 (``DataError`` ``"<name>:<line>: invalid UTF-8 (byte 0x.. at column ..)"``), anything else kept.
+    ``name`` is what errors call the stream. Yields each line as it arrives (an interactive terminal).
     """
     lineno = 0
     try:
@@ -88,7 +90,12 @@ def read_stream(stream: BinaryIO | Iterable[bytes], name: str = "<stdin>") -> It
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
-    """Lines of a plain or gzip'd UTF-8 file (see the module docstring), lazily; ``DataError`` on bad input."""
+    """Lines of a plain or gzip'd (``.gz``) UTF-8 file, lazily, exactly as ``read_stream`` splits them.
+
+    So the count is ``wc -l`` (+1 for a last line without newline) even with U+2028, ``\\x0c`` or a lone
+    ``\\r`` inside a line (``str.splitlines`` would break there). ``DataError`` naming the file (and line)
+    when it is missing, a directory, unreadable, corrupt gzip or not UTF-8.
+    """
     with open_binary(path) as f:
         yield from read_stream(f, str(path))
 

@@ -12,7 +12,7 @@ import datasets
 import pytest
 
 from mt.config import DataConfig, DemoConfig, HubConfig
-from mt.data import DataError, demo_numbers, open_split, prepare_data, write_demo_corpus
+from mt.data import DataError, check_line_counts, demo_numbers, open_split, prepare_data, write_demo_corpus
 from mt.data.demo import demo_line, demo_pair
 
 PAIRS = [("Hello world.", "Hallo Welt."), ("Two dogs run.", "Zwei Hunde rennen."), ("Ünïcödé ✓", "Ünïcödé ✓")]
@@ -266,3 +266,13 @@ def test_demo_source_end_to_end(tmp_path: Path) -> None:
     valid = data.splits["valid"]
     assert list(valid.src_text) == [demo_pair(n)[0] for (n,) in demo_numbers(SMALL_DEMO)["valid"]]
     assert all(data.tokenizers.tgt.decode(valid.tgt_ids(i)) == valid.tgt_text[i] for i in range(len(valid)))
+
+
+def test_check_line_counts_counts_like_wc(tmp_path: Path) -> None:
+    src = tmp_path / "x.en"
+    src.write_bytes("one\u2028still one\r\ntwo\x0cstill two\n".encode())  # str.splitlines() sees 4
+    ref = _write(tmp_path / "x.de", ["eins", "zwei"], gz=True)
+    check_line_counts(src, ref)  # equal: no error
+    _write(tmp_path / "x.de", ["eins"], gz=True)
+    with pytest.raises(DataError, match=rf"^line counts differ: {src} has 2 lines, {ref} has 1 lines;"):
+        check_line_counts(str(src), str(ref))

@@ -5,7 +5,7 @@ from mt.data.binarize import PreparedData, TokenizedSplit, prepare_data
 from mt.data.demo import demo_numbers, write_demo_corpus
 from mt.data.errors import DataError
 from mt.data.lines import count_lines, read_lines, read_stream
-from mt.data.sources import SPLITS, open_split
+from mt.data.sources import SPLITS, check_line_counts, open_split
 from mt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -30,6 +30,7 @@ __all__ = [
     "Tokenizer",
     "Tokenizers",
     "batch_by_tokens",
+    "check_line_counts",
     "collate",
     "count_lines",
     "demo_numbers",

@@ -145,7 +145,7 @@ def _count_rest(lines: Iterator[str]) -> int:
     return sum(1 for _ in lines)
 
 
-def check_line_counts(src_path: Path, tgt_path: Path) -> None:
+def check_line_counts(src_path: str | Path, tgt_path: str | Path) -> None:
     """``DataError`` naming both files and counts unless they have as many lines (cheap: no decoding)."""
     n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
     if n_src != n_tgt:

@@ -19,10 +19,11 @@ from mt.errors import UserError
 
 
 class ConfigError(UserError):
-    """A config value that cannot work; the message is ``group.key=value: what is allowed`` per problem."""
+    """Config values that cannot work: ``group.key=value: what is allowed``, one line per problem."""
 
     def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
+        lines = problems if len(problems) == 1 else [f"{len(problems)} config values are invalid:", *problems]
+        super().__init__("\n  ".join(lines))
         self.problems = problems
 
 

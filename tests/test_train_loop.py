@@ -14,7 +14,8 @@ from helpers import TINY, tiny_config
 
 from mt import checkpoint as ckpt
 from mt.train.loop import train
-from mt.train.trainer import Trainer, TrainingAborted
+from mt.train.trainer import Trainer
+from mt.train.updates import TrainingAborted
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -61,8 +61,8 @@ class Trainer:
                     "Run the same command again to resume.",
                     flush=True,
                 )
-        elif self.checkpoints.saved_step != self.state.step:
-            self.validate_and_save()
+        elif self.checkpoints.saved_step != self.state.step or not self.checkpoints.best_path.exists():
+            self.validate_and_save()  # the final weights are validated and saved; a run always ends with a best.pt
         self.metrics.close()
         return reason
 

@@ -71,13 +71,19 @@ def link_checkpoint(source: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read a checkpoint safely (weights only); a missing, truncated or foreign file raises CheckpointError."""
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu", *, mmap: bool = False
+) -> dict[str, Any]:
+    """Read a checkpoint safely (weights only); a missing, truncated or foreign file raises CheckpointError.
+
+    With ``mmap=True`` tensors are views of the file: only the bytes a caller touches are read, so
+    an entry it ignores (the optimizer state) never comes into memory.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - torch raises many types for corrupt files
         raise CheckpointError(
             f"checkpoint {path} is corrupted or truncated ({type(e).__name__}: {str(e)[:200]})"
@@ -104,22 +110,63 @@ def prune_checkpoints(directory: Path, keep_last: int) -> None:
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
-    """The state of the last checkpoint with its model weights replaced by the mean over ``paths``."""
+    """The last checkpoint's state with its model weights replaced by the mean over ``paths``.
+
+    Streaming: one checkpoint is open at a time (memory-mapped, so its optimizer state is never
+    read) and added into a running float32 sum, so peak memory is about two copies of the weights
+    whatever ``len(paths)``. The result drops the optimizer and scaler states.
+    """
     if not paths:
         raise CheckpointError("no checkpoints to average")
-    states = [load_checkpoint(p) for p in paths]
-    avg: dict[str, torch.Tensor] = {}
-    for key, value in states[-1]["model"].items():
-        if value.is_floating_point():
-            avg[key] = sum(s["model"][key].double() for s in states).div(len(states)).to(value.dtype)
+    total: dict[str, torch.Tensor] = {}
+    for i, path in enumerate(paths):
+        state = load_checkpoint(path, mmap=True)
+        weights = state["model"]
+        if i == 0:
+            total = {k: v.to(_sum_dtype(v), copy=True) for k, v in weights.items() if v.is_floating_point()}
         else:
-            avg[key] = value
-    result = dict(states[-1])
-    result["model"] = avg
+            _check_same_weights(paths[0], total, path, weights)
+            for key, value in total.items():
+                value.add_(weights[key])
+        if i == len(paths) - 1:  # copied out of the mapped file, which is then closed
+            dtypes = {k: v.dtype for k, v in weights.items()}
+            buffers = {k: v.clone() for k, v in weights.items() if not v.is_floating_point()}
+            result = _copied({k: v for k, v in state.items() if k not in ("model", "optimizer", "scaler")})
+        del state, weights  # unmaps the file before the next one is opened
+    result["model"] = {
+        k: total[k].div_(len(paths)).to(dtype) if k in total else buffers[k] for k, dtype in dtypes.items()
+    }
     result["averaged_from"] = [str(p) for p in paths]
-    for key in ("optimizer", "scaler"):
-        result.pop(key, None)
     return result
+
+
+def _sum_dtype(value: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(value.dtype, torch.float32)  # fp16/bf16 are summed in float32
+
+
+def _check_same_weights(first: Path, total: dict[str, torch.Tensor], path: Path, weights: dict) -> None:
+    floats = {k for k, v in weights.items() if v.is_floating_point()}
+    for key in sorted(floats ^ total.keys()):
+        where = "only in" if key in floats else "missing from"
+        raise CheckpointError(f"cannot average {path} with {first}: weight {key} is {where} {path.name}; "
+                              "average checkpoints of one run")
+    for key, value in total.items():
+        if weights[key].shape != value.shape:
+            raise CheckpointError(
+                f"cannot average {path} with {first}: weight {key} is {tuple(weights[key].shape)} there, "
+                f"{tuple(value.shape)} in the first; average checkpoints of one run"
+            )
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every tensor cloned (out of a memory-mapped file)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_copied(v) for v in value)
+    return value
 
 
 def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):

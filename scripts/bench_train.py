@@ -21,8 +21,8 @@ import torch
 from mt.config import compose
 from mt.data import collate
 from mt.train.optim import set_lr
+from mt.train.setup import build_components, step_context
 from mt.train.step import train_step
-from mt.train.trainer import Trainer
 
 
 def main() -> None:
@@ -44,21 +44,22 @@ def main() -> None:
             f"train.run_dir={tmp}/run", f"train.threads={args.threads}", f"train.precision={args.precision}",
             "train.tensorboard=false", "train.progress=false",
         ])
-        trainer = Trainer(cfg)
-        train = trainer.data.splits["train"]
-        set_lr(trainer.optimizer, 1e-4)
-        batches = iter(trainer.sampler.batches(0))
-        params = sum(p.numel() for p in trainer.model.parameters())
+        parts = build_components(cfg)  # a fresh run: nothing to resume
+        ctx = step_context(parts)
+        train = parts.data.splits["train"]
+        set_lr(parts.optimizer, 1e-4)
+        batches = iter(parts.sampler.batches(0))
+        params = sum(p.numel() for p in parts.model.parameters())
         print(f"model {args.model} ({params / 1e6:.1f}M params), {args.threads} threads, "
               f"max_tokens {args.max_tokens}, {args.precision}, {args.repeats} x {args.updates} timed updates")
         for _ in range(args.warmup):
-            train_step(trainer.step_ctx, [collate(train, next(batches), cfg.data.pad_to_multiple)])
+            train_step(ctx, [collate(train, next(batches), cfg.data.pad_to_multiple)])
         runs = []
         for r in range(args.repeats):
             seconds, tokens = 0.0, 0
             for _ in range(args.updates):
                 t0 = time.perf_counter()
-                result = train_step(trainer.step_ctx, [collate(train, next(batches), cfg.data.pad_to_multiple)])
+                result = train_step(ctx, [collate(train, next(batches), cfg.data.pad_to_multiple)])
                 seconds += time.perf_counter() - t0
                 tokens += result.ntokens
             runs.append((tokens / seconds, args.updates / seconds))

@@ -14,7 +14,8 @@ from helpers import TINY, tiny_config
 
 from mt import checkpoint as ckpt
 from mt.train.loop import train
-from mt.train.trainer import Trainer, TrainingAborted
+from mt.train.trainer import Trainer
+from mt.train.updates import TrainingAborted
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -164,6 +165,15 @@ def test_patience_stops_when_validation_stops_improving(tmp_path):
     trainer = Trainer(cfg)
     assert trainer.run() == "early stopping"
     assert trainer.state.step == 6 and trainer.state.best_step == 2 and trainer.state.bad_validations == 2
+
+
+def test_a_run_whose_last_update_was_only_saved_still_ends_validated_with_a_best_checkpoint(tmp_path):
+    # regression: saved at update 4 by save_every, never validated -> no best.pt, so no test at the end
+    summary = train(tiny_config(tmp_path, "train.max_updates=4", "train.save_every=2", "train.validate_every=1000",
+                                "train.test_at_end=true"))
+    best = tmp_path / "run" / "checkpoints" / "best.pt"
+    assert summary.best_checkpoint == best and best.exists() and summary.test
+    assert ckpt.load_checkpoint(best)["train_state"]["best_step"] == 4
 
 
 def test_bf16_autocast_trains_on_cpu(tmp_path):

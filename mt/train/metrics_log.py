@@ -1,4 +1,5 @@
-"""Every logged metric goes to ``run_dir/metrics.jsonl`` and, optionally, TensorBoard."""
+"""Every logged metric goes to ``run_dir/metrics.jsonl`` and, optionally, TensorBoard; training
+metrics are summed over a window of updates between log lines."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 import time
 from pathlib import Path
 from typing import Any
+
+from mt.train.step import StepResult
 
 
 class MetricsLog:
@@ -42,3 +45,40 @@ class MetricsLog:
             self._tb.flush()
             self._tb.close()
             self._tb = None
+
+
+class MetricWindow:
+    """Sums over the updates since the last log line; ``flush`` gives their means and resets."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss = self.nll = self.tokens = self.seconds = self.norm = 0.0
+        self.updates = 0
+
+    def add(self, r: StepResult, seconds: float) -> None:
+        self.loss += r.loss_sum
+        self.nll += r.nll_sum
+        self.tokens += r.ntokens
+        self.seconds += seconds
+        self.norm += r.grad_norm
+        self.updates += 1
+
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def flush(self) -> dict[str, float]:
+        tokens = max(self.tokens, 1.0)
+        nll = self.nll / tokens / math.log(2)  # bits, as fairseq reports
+        out = {
+            "loss": self.loss / tokens / math.log(2),
+            "nll_loss": nll,
+            "ppl": 2**nll,
+            "grad_norm": self.norm / max(self.updates, 1),
+            "tokens_per_s": self.tokens_per_s(),
+            "updates_per_s": self.updates / self.seconds if self.seconds > 0 else 0.0,
+            "ntokens": int(self.tokens),
+        }
+        self.reset()
+        return out

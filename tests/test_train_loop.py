@@ -160,8 +160,9 @@ def test_out_of_memory_batch_is_skipped_with_its_shape(tmp_path, caplog):
 
 def test_patience_stops_when_validation_stops_improving(tmp_path):
     # lr 0: the weights never change, so no validation after the first one improves the loss
-    cfg = tiny_config(tmp_path, "optim.schedule=inverse_sqrt", "optim.lr=0.0", "train.validate_every=2",
+    cfg = tiny_config(tmp_path, "optim.schedule=inverse_sqrt", "train.validate_every=2",
                       "train.best_metric=loss", "train.patience=2", "train.max_updates=50")
+    cfg.optim.lr = 0.0  # compose rejects lr=0 (optim.lr must be > 0); the typed config takes it
     trainer = Trainer(cfg)
     assert trainer.run() == "early stopping"
     assert trainer.state.step == 6 and trainer.state.best_step == 2 and trainer.state.bad_validations == 2

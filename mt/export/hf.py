@@ -22,6 +22,9 @@ Pre-LN models are refused: Marian has no ``normalize_before``.
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -110,13 +113,14 @@ def marian_state_dict(source: ExportSource) -> dict[str, torch.Tensor]:
     model = source.model
     state = {
         "final_logits_bias": torch.zeros(1, source.tokenizers.tgt.padded_vocab_size),
-        "model.shared.weight": model.encoder.embedding.token.weight,
         "model.encoder.embed_tokens.weight": model.encoder.embedding.token.weight,
         "model.decoder.embed_tokens.weight": model.decoder.output_weight,
         "lm_head.weight": model.decoder.output_weight,
         "model.encoder.embed_positions.weight": position_table(model.encoder.embedding),
         "model.decoder.embed_positions.weight": position_table(model.decoder.embedding),
     }
+    if source.cfg.model.share_all_embeddings:
+        state["model.shared.weight"] = model.encoder.embedding.token.weight
     for i, layer in enumerate(model.encoder.layers):
         p = f"model.encoder.layers.{i}"
         state |= _attention(f"{p}.self_attn", layer.self_attn, True)
@@ -218,6 +222,21 @@ def verify(source: ExportSource, out: Path) -> None:
         raise AssertionError(f"exported logits differ from mt's by {float((ours - theirs).abs().max()):.3g}")
 
 
+@contextmanager
+def quiet() -> Iterator[None]:
+    """No progress bars while writing and loading, no advice to install sacremoses (never used here)."""
+    logging = need("transformers.utils.logging", "hf")
+    enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+            yield
+    finally:
+        if enabled:
+            logging.enable_progress_bar()
+
+
 def export_hf(ckpt: str | Path, out: str | Path, force: bool = False) -> list[str]:
     """Write the ``MarianMTModel`` directory of checkpoint ``ckpt`` to ``out``; returns notes on differences."""
     need("transformers", "hf")
@@ -225,11 +244,11 @@ def export_hf(ckpt: str | Path, out: str | Path, force: bool = False) -> list[st
     check_supported(source)
     prepare_output_dir(out, force)
     out.mkdir()
-    config = marian_config(source)
-    write_weights(source, config, out)
     defaults = search_defaults(source.cfg)
-    generation_config(source, defaults).save_pretrained(out)
-    write_tokenizer(source, out)
-    (out / "README.md").write_text(hf_readme(source, defaults), encoding="utf-8")
-    verify(source, out)
+    with quiet():
+        write_weights(source, marian_config(source), out)
+        generation_config(source, defaults).save_pretrained(out)
+        write_tokenizer(source, out)
+        (out / "README.md").write_text(hf_readme(source, defaults), encoding="utf-8")
+        verify(source, out)
     return list(defaults.notes)

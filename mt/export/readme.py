@@ -34,8 +34,9 @@ def ct2_readme(source: ExportSource, defaults: SearchDefaults, quantization: str
         "`length_penalty=0` beam search stops when the best candidate is `</s>`, as mt does; with a penalty "
         "it stops once `beam_size` hypotheses are finished (mt still stops at the best candidate's `</s>`), "
         "so a few outputs can differ.",
-        "PAD and BOS are banned by a -1e4 output bias, before the softmax (mt bans them after it): greedy "
-        "outputs are mt's; beam scores shift by `-log(1 - p(PAD) - p(BOS))` per step.",
+        "PAD and BOS are banned by a -1e4 output bias and the embedding's padding rows are left out, so "
+        "their probability is renormalised onto the other tokens (mt bans them after its softmax): greedy "
+        "outputs are mt's; each beam step's log-probs shift by `-log(1 - p(banned))`.",
         "mt answers an empty line with an empty line without decoding it; skip empty lines likewise.",
         *defaults.notes,
     ]

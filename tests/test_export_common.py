@@ -10,7 +10,14 @@ from helpers import tiny_config
 
 from mt.data import Tokenizer, train_tokenizer
 from mt.data.demo import demo_line, demo_numbers
-from mt.export.common import ExportError, banned_ids, position_table, prepare_output_dir, search_defaults
+from mt.export.common import (
+    ExportError,
+    banned_ids,
+    position_table,
+    prepare_output_dir,
+    removed_on_failure,
+    search_defaults,
+)
 from mt.model import build_model, sinusoid_table
 
 
@@ -61,4 +68,13 @@ def test_output_dir_is_replaced_only_with_force(tmp_path):
         prepare_output_dir(out, force=False)
     assert (out / "old").exists()
     prepare_output_dir(out, force=True)
+    assert not out.exists()
+
+
+def test_a_failed_export_leaves_no_half_written_directory(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    with pytest.raises(RuntimeError, match="boom"), removed_on_failure(out):
+        (out / "model.bin").write_text("partial")
+        raise RuntimeError("boom")
     assert not out.exists()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +131,16 @@ def prepare_output_dir(out: Path, force: bool) -> None:
         else:
             out.unlink()
     out.parent.mkdir(parents=True, exist_ok=True)
+
+
+@contextmanager
+def removed_on_failure(out: Path) -> Iterator[None]:
+    """Remove ``out`` if the block raises, so a failed export never leaves a half-written model."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def need(module: str, target: str):

@@ -30,6 +30,7 @@ from mt.export.common import (
     pieces,
     position_table,
     prepare_output_dir,
+    removed_on_failure,
     search_defaults,
 )
 from mt.export.readme import ct2_readme
@@ -138,10 +139,11 @@ def export_ctranslate2(
         def _load(self):
             return build_spec(source.model, source.cfg.model, src_pieces, tgt_pieces)
 
-    MtConverter().convert(str(out), quantization=quantization, force=False)
-    source.tokenizers.save(out)
     defaults = search_defaults(source.cfg)
-    (out / "README.md").write_text(ct2_readme(source, defaults, quantization), encoding="utf-8")
+    with removed_on_failure(out):
+        MtConverter().convert(str(out), quantization=quantization, force=False)
+        source.tokenizers.save(out)
+        (out / "README.md").write_text(ct2_readme(source, defaults, quantization), encoding="utf-8")
     return [*defaults.notes, renormalisation_note(source)]
 
 

@@ -41,6 +41,7 @@ from mt.export.common import (
     pieces,
     position_table,
     prepare_output_dir,
+    removed_on_failure,
     search_defaults,
 )
 from mt.export.readme import hf_readme
@@ -245,7 +246,7 @@ def export_hf(ckpt: str | Path, out: str | Path, force: bool = False) -> list[st
     prepare_output_dir(out, force)
     out.mkdir()
     defaults = search_defaults(source.cfg)
-    with quiet():
+    with removed_on_failure(out), quiet():
         write_weights(source, marian_config(source), out)
         generation_config(source, defaults).save_pretrained(out)
         write_tokenizer(source, out)

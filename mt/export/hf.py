@@ -154,6 +154,7 @@ def write_weights(source: ExportSource, config, out: Path) -> None:
     for key in ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"):
         saved[key] = state[key].clone()
     safetensors_torch.save_file(saved, path, metadata={"format": "pt"})
+    path.chmod(0o644)  # safetensors writes 0600; the directory is meant to be shared and published
 
 
 def generation_config(source: ExportSource, defaults: SearchDefaults):

@@ -1,0 +1,106 @@
+"""The README.md written into each exported directory: how to translate with it, and what differs from mt."""
+
+from __future__ import annotations
+
+from mt.export.common import ExportSource, SearchDefaults
+
+
+def _origin(source: ExportSource) -> str:
+    m, tok = source.cfg.model, source.tokenizers
+    vocab = f"joint vocabulary of {tok.src.vocab_size}" if tok.joint else (
+        f"vocabularies of {tok.src.vocab_size} (source) and {tok.tgt.vocab_size} (target)"
+    )
+    return (
+        f"Exported by `mt-export` from `{source.path}`: {m.encoder_layers}+{m.decoder_layers} layers, "
+        f"d_model {m.d_model}, {m.heads} heads, {'Pre' if m.pre_ln else 'Post'}-LN, {m.activation}, "
+        f"{'learned' if m.learned_positions else 'sinusoidal'} positions (up to {m.max_positions}), {vocab} "
+        f"({source.cfg.data.src_lang} -> {source.cfg.data.tgt_lang})."
+    )
+
+
+def _notes(lines: list[str]) -> str:
+    return "\n".join(f"- {line}" for line in lines)
+
+
+def ct2_readme(source: ExportSource, defaults: SearchDefaults, quantization: str | None) -> str:
+    """Usage with the checkpoint's decoding defaults, for a CTranslate2 directory."""
+    src_model, tgt_model = ("spm.model", "spm.model") if source.tokenizers.joint else ("src.model", "tgt.model")
+    lines = [
+        "Sources are raw SentencePiece pieces: the model config adds `</s>` (`add_source_eos`) and starts "
+        "decoding from `<s>`, as mt does.",
+        f"`max_decoding_length={defaults.max_output_pieces}` is mt's limit in pieces; at that limit mt forces "
+        "`</s>` (same pieces; a beam hypothesis cut there is scored without the `</s>` log-prob).",
+        "`length_penalty` is `|Y|^alpha` with |Y| counting `</s>`, mt's `length` penalty. With "
+        "`length_penalty=0` beam search stops when the best candidate is `</s>`, as mt does; with a penalty "
+        "it stops once `beam_size` hypotheses are finished (mt still stops at the best candidate's `</s>`), "
+        "so a few outputs can differ.",
+        "PAD and BOS are banned by a -1e4 output bias and the embedding's padding rows are left out, so "
+        "their probability is renormalised onto the other tokens (mt bans them after its softmax): greedy "
+        "outputs are mt's; each beam step's log-probs shift by `-log(1 - p(banned))`.",
+        "mt answers an empty line with an empty line without decoding it; skip empty lines likewise.",
+        *defaults.notes,
+    ]
+    return f"""# CTranslate2 model
+
+{_origin(source)} Weights: {quantization or 'as stored (float32)'}.
+
+```python
+import ctranslate2
+import sentencepiece as spm
+
+source_sp = spm.SentencePieceProcessor(model_file="{src_model}")
+target_sp = spm.SentencePieceProcessor(model_file="{tgt_model}")
+translator = ctranslate2.Translator(".", device="cpu")  # this directory
+lines = ["..."]
+results = translator.translate_batch(
+    [source_sp.encode(line, out_type=str) for line in lines],
+    beam_size={defaults.beam_size},
+    length_penalty={defaults.length_penalty},
+    max_decoding_length={defaults.max_output_pieces},
+    max_input_length={source.cfg.model.max_positions},  # pieces + </s>
+)
+print([target_sp.decode(result.hypotheses[0]) for result in results])
+```
+
+What differs from `mt-translate` with the checkpoint's settings:
+
+{_notes(lines)}
+"""
+
+
+def hf_readme(source: ExportSource, defaults: SearchDefaults) -> str:
+    """Usage with the checkpoint's decoding defaults, for a Hugging Face MarianMTModel directory."""
+    lines = [
+        "The position table is mt's (fairseq's sinusoid frequencies, or learned positions), stored in "
+        "`model.safetensors`. transformers' `save_pretrained` leaves Marian's position tables out and a "
+        "model re-saved that way gets Marian's own sinusoids back (other frequencies): re-export from the mt "
+        "checkpoint instead, or copy the two `embed_positions` tensors into the new file.",
+        "`length_penalty` is `|Y|^alpha` with |Y| counting `</s>`, mt's `length` penalty. transformers' "
+        "beam search keeps `num_beams` finished hypotheses and stops by its `early_stopping` heuristic; mt "
+        "stops when the best candidate is `</s>`, so a few beam outputs can differ. Greedy is mt's.",
+        "PAD, BOS and the embedding's padding ids are `suppress_tokens`; `</s>` is forced at `max_length`, "
+        "as mt forces it.",
+        "`skip_special_tokens=True` drops `<unk>` (mt writes it as ` ⁇ `) and the output is stripped of "
+        "leading and trailing spaces.",
+        "The `translation` pipeline was removed in transformers 5; use `generate` as above.",
+        *defaults.notes,
+    ]
+    return f"""# Hugging Face MarianMTModel
+
+{_origin(source)}
+
+```python
+from transformers import MarianMTModel, MarianTokenizer
+
+tokenizer = MarianTokenizer.from_pretrained(".")  # this directory; AutoTokenizer works too
+model = MarianMTModel.from_pretrained(".").eval()
+lines = ["..."]
+batch = tokenizer(lines, return_tensors="pt", padding=True)  # pieces + </s>
+output = model.generate(**batch)  # generation_config.json: num_beams={defaults.beam_size}, ...
+print(tokenizer.batch_decode(output, skip_special_tokens=True))
+```
+
+What differs from `mt-translate` with the checkpoint's settings:
+
+{_notes(lines)}
+"""

@@ -1,0 +1,125 @@
+"""What the export tests share: one small trained demo model per session, untrained variants, mt's reference.
+
+``demo_model`` trains the number-words demo once per test session (memoised here, so the CTranslate2
+and Hugging Face modules share it): d_model 64, 2+2 layers, 800 updates, ~30 s on one thread, greedy
+test BLEU ~77; it emits EOS and translates most lines exactly. Its vocabulary (124 pieces) is padded to
+128 rows, so the embedding's padding ids are part of what the exports must ban.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from helpers import tiny_config
+
+from mt.checkpoint import load_for_inference, save_checkpoint, tokenizers_state
+from mt.config import Config, to_dict
+from mt.data import Tokenizers, train_tokenizer
+from mt.data.demo import demo_line, demo_numbers
+from mt.data.tokenizer import BOS_ID, EOS_ID
+from mt.decode import Hypothesis, Translator
+from mt.decode.length_penalty import length_penalty_scalar
+from mt.decode.translator import collate_sources
+from mt.model import build_model
+
+DEMO = [
+    "model.d_model=64",
+    "model.d_ff=128",
+    "model.encoder_layers=2",
+    "model.decoder_layers=2",
+    "data.vocab_size=124",
+    "data.demo.train_size=2000",
+    "data.demo.test_size=300",
+    "train.max_updates=800",
+    "train.save_every=800",
+    "train.validate_every=100000",
+    "train.threads=1",
+    "optim.warmup_updates=100",
+    "optim.lr_scale=2.0",
+    "decode.length_penalty=length",
+]
+
+
+@dataclass(frozen=True)
+class DemoModel:
+    ckpt: Path
+    sources: list[str]  # the 300 test lines
+    references: list[str]
+
+
+_TRAINED: dict[Path, DemoModel] = {}
+
+
+def demo_model(base: Path) -> DemoModel:
+    """Train the demo model under ``base`` once per session (see the module docstring)."""
+    if base not in _TRAINED:
+        from mt.train.loop import train
+
+        cfg = tiny_config(base, *DEMO)
+        train(cfg)
+        pairs = [demo_line(numbers) for numbers in demo_numbers(cfg.data.demo)["test"]]
+        ckpt = Path(cfg.train.run_dir) / "checkpoints" / "last.pt"
+        _TRAINED[base] = DemoModel(ckpt, [p[0] for p in pairs], [p[1] for p in pairs])
+    return _TRAINED[base]
+
+
+def untrained_checkpoint(path: Path, *overrides: str) -> Path:
+    """A randomly initialised model (seed 0) with demo tokenizers, saved as an mt checkpoint at ``path``.
+
+    ``data.joint_vocab=false`` trains separate English (100) and German (90 -> 96 rows) tokenizers.
+    """
+    cfg = tiny_config(path.parent, "data.vocab_size=100", *overrides)
+    english, german = zip(*(demo_line(n) for n in demo_numbers(cfg.data.demo)["train"]), strict=True)
+    if cfg.data.joint_vocab:
+        joint = train_tokenizer(iter(english + german), 100)
+        tokenizers = Tokenizers(joint, joint, joint=True)
+    else:
+        tokenizers = Tokenizers(train_tokenizer(iter(english), 100), train_tokenizer(iter(german), 90), joint=False)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizers.src.padded_vocab_size, tokenizers.tgt.padded_vocab_size)
+    state = {"model": model.state_dict(), "config": to_dict(cfg), "tokenizers": tokenizers_state(tokenizers)}
+    save_checkpoint(path, state)
+    return path
+
+
+def demo_sources(n: int = 40) -> list[str]:
+    """``n`` English test lines of the default demo corpus (for the untrained models)."""
+    cfg = tiny_config(Path("/nonexistent"))
+    return [demo_line(numbers)[0] for numbers in demo_numbers(cfg.data.demo)["test"][:n]]
+
+
+def mt_search(ckpt: Path, lines: list[str], **decode) -> tuple[list[Hypothesis], Config]:
+    """mt's best hypothesis per line with the checkpoint's decode settings and ``decode`` overrides."""
+    model, tokenizers, cfg = load_for_inference(ckpt)
+    settings = dataclasses.replace(cfg.decode, **decode)
+    translator = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions)
+    return [t.hypotheses[0] for t in translator.translate_nbest(lines)], cfg
+
+
+def mt_score(ckpt: Path, line: str, tokens: list[int], penalty: str, alpha: float) -> float:
+    """mt's score of ``tokens`` (pieces, no EOS) for ``line``: teacher-forced log-prob incl. EOS / lp(|Y|)."""
+    model, tokenizers, _ = load_for_inference(ckpt)
+    src, src_pad_mask = collate_sources([tokenizers.src.encode(line)], "cpu")
+    tgt = torch.tensor([[BOS_ID, *tokens]])
+    with torch.inference_mode():
+        lprobs = F.log_softmax(model(src, src_pad_mask, tgt).float(), dim=-1)[0]  # (T, V)
+    logprob = float(lprobs.gather(1, torch.tensor([*tokens, EOS_ID])[:, None]).sum())
+    return logprob / length_penalty_scalar(len(tokens) + 1, penalty, alpha)
+
+
+def differences_beyond_ties(
+    ckpt: Path, lines: list[str], ours: list[list[int]], theirs: list[list[int]], penalty: str, alpha: float
+) -> list[tuple[int, float]]:
+    """(line, score gap) of every output that differs from mt's by more than a 1e-5 tie in mt's score."""
+    out = []
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        if a != b:
+            gap = mt_score(ckpt, lines[i], a, penalty, alpha) - mt_score(ckpt, lines[i], b, penalty, alpha)
+            if not math.isclose(gap, 0.0, abs_tol=1e-5):
+                out.append((i, gap))
+    return out

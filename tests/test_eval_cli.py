@@ -59,7 +59,7 @@ def test_translate_nbest_format_and_errors(run: Path, monkeypatch, capsys) -> No
     assert lines[0].startswith("1 ||| ") and lines[1].startswith("1 ||| ")
     assert float(lines[0].rsplit("|||", 1)[1]) >= float(lines[1].rsplit("|||", 1)[1])
     assert translate_cli.main(["--exp", "tiny", "--input", "src.en", "--on-too-long", "reject"]) == 1
-    assert "line 8" in capsys.readouterr().err
+    assert "src.en:8:" in capsys.readouterr().err  # file:line
     assert translate_cli.main(["--ckpt", "missing.pt", "--input", "src.en"]) == 1
     assert "checkpoint not found" in capsys.readouterr().err
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
@@ -35,9 +36,11 @@ def _override_key(override: str) -> str:
     return override.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
 
 
-def _find_override(overrides: Sequence[str], key: str) -> str:
-    """The override that set ``key`` (``model.d_model=abc``), or ``key`` itself."""
-    return next((o for o in overrides if _override_key(o) == key), key)
+def _find_override(overrides: Sequence[str], key: str, value: str | None = None) -> str:
+    """The override that set ``key`` (to ``value`` if given), the last one if several did, or ``key`` itself."""
+    found = [o for o in overrides if _override_key(o) == key]
+    with_value = [o for o in found if value is not None and o.split("=", 1)[-1] == value]
+    return (with_value or found or [key])[-1]
 
 
 def override_error_message(error: Exception, overrides: Sequence[str], prog: str) -> str:
@@ -49,16 +52,17 @@ def override_error_message(error: Exception, overrides: Sequence[str], prog: str
         reason = error.message.splitlines()[0]
         return f"cannot parse the override '{error.override}': {reason} (see `{prog} --help`)"
     if isinstance(error, MissingConfigException) and error.missing_cfg_file and error.options is not None:
-        group = error.missing_cfg_file.rsplit("/", 1)[0]
+        group, _, option = error.missing_cfg_file.rpartition("/")
         options = [o for o in error.options if not o.startswith("base_")]  # base_*: the schemas
-        where = _find_override(overrides, group)
+        where = _find_override(overrides, group, option)
         return f"{where}: no config '{error.missing_cfg_file}'; available {group} configs: {', '.join(options)}"
     cause = error if isinstance(error, OmegaConfBaseException) else error.__cause__
     if isinstance(cause, OmegaConfBaseException) and cause.full_key:
         reason = str(cause.msg or cause).splitlines()[0]
         if isinstance(cause, ConfigAttributeError | ConfigKeyError):
             reason = f"unknown key ({reason}); `{prog} --cfg job` shows every key"
-        return f"{_find_override(overrides, cause.full_key)}: {reason}"
+        merging = re.match(r"Error merging override (\S+)", str(error))  # Hydra names the override it applied
+        return f"{merging.group(1) if merging else _find_override(overrides, cause.full_key)}: {reason}"
     lines = [line.strip() for line in str(error).splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
     return "; ".join(lines[:2]) or type(error).__name__
 

@@ -18,16 +18,16 @@ import argparse
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TextIO
-
-import torch
+from typing import TYPE_CHECKING, TextIO
 
 from mt.cli.errors import run_command
 from mt.cli.flags import add_decode_args, add_model_args, decode_config
 from mt.cli.output import atomic_output, check_input_file, check_output_file
-from mt.config import Config
-from mt.decode import Translation, Translator
 from mt.errors import UserError
+
+if TYPE_CHECKING:  # torch and the model load only once the flags are parsed: usage errors and --help are instant
+    from mt.config import Config
+    from mt.decode import Translation, Translator
 
 
 def checkpoint_path(args: argparse.Namespace) -> Path:
@@ -45,12 +45,16 @@ def checkpoint_path(args: argparse.Namespace) -> Path:
 
 def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]:
     """Load the checkpoint named by ``args`` and wrap it in a Translator with the merged settings."""
+    path = checkpoint_path(args)  # before importing torch: a wrong path fails at once
+    import torch
+
     from mt.checkpoint import load_for_inference
     from mt.cli._compat import resolve_device
+    from mt.decode import Translator
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    path, device = checkpoint_path(args), resolve_device(args.device)
+    device = resolve_device(args.device)
     model, tokenizers, cfg = load_for_inference(path, device)
     decode = decode_config(cfg.decode, args)
     translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)

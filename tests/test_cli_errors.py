@@ -27,6 +27,10 @@ from pathlib import Path
 import pytest
 from helpers import TINY
 
+from mt.cli.errors import UsageError, pop_debug_flag, run_command
+from mt.cli.output import atomic_output
+from mt.errors import UserError
+
 REPO = Path(__file__).resolve().parents[1]
 GOOD_EN = "one\ntwo\nthree\n"
 GOOD_DE = "eins\nzwei\ndrei\n"
@@ -327,3 +331,63 @@ def test_debug_shows_the_traceback_of_expected_errors(tmp_path: Path, trained: d
     hydra = run_module("mt.train", ["--debug", "model.d_model=abc"], tmp_path)
     assert hydra.returncode == 2 and "Traceback" in hydra.stderr.decode()
     assert snapshot(tmp_path) == {}  # nothing written by either
+
+
+# ------------------------------------------------------------------------------------------ the helpers, in process
+
+
+def raising(error: BaseException) -> Callable[[], None]:
+    def command() -> None:
+        raise error
+
+    return command
+
+
+def test_run_command_turns_expected_errors_into_one_line_and_a_status(capsys, monkeypatch) -> None:
+    monkeypatch.delenv("MT_DEBUG", raising=False)
+    assert run_command("mt-x", lambda: None) == 0 and run_command("mt-x", lambda: 3) == 3
+    assert run_command("mt-x", raising(UserError("a.txt:3: bad line"))) == 1
+    assert capsys.readouterr().err == "mt-x: error: a.txt:3: bad line\n"
+    assert run_command("mt-x", raising(UsageError("--beam 0: must be >= 1"))) == 2
+    assert capsys.readouterr().err == "mt-x: error: --beam 0: must be >= 1\n"
+    assert run_command("mt-x", raising(FileNotFoundError(2, "No such file or directory", "in.txt"))) == 1
+    assert capsys.readouterr().err == "mt-x: error: in.txt: No such file or directory\n"
+    assert run_command("mt-x", raising(KeyboardInterrupt())) == 130
+    assert capsys.readouterr().err.strip() == "mt-x: interrupted"
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        run_command("mt-x", raising(ZeroDivisionError("bug")))
+
+
+def test_debug_prints_the_traceback_first(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("MT_DEBUG", "1")
+    assert run_command("mt-x", raising(UserError("bad"))) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and err.endswith("mt-x: error: bad\n")
+    monkeypatch.setenv("MT_DEBUG", "0")
+    assert run_command("mt-x", raising(UserError("bad"))) == 1 and "Traceback" not in capsys.readouterr().err
+    assert pop_debug_flag(["a=1", "--debug", "b=2"]) == (["a=1", "b=2"], True)
+
+
+def test_atomic_output_replaces_the_file_only_on_success(tmp_path: Path) -> None:
+    target = tmp_path / "out.txt"
+    target.write_text("old\n")
+    with pytest.raises(RuntimeError), atomic_output(target) as f:
+        f.write("half")
+        raise RuntimeError("translation failed")
+    assert target.read_text() == "old\n" and list(tmp_path.iterdir()) == [target]
+    with atomic_output(target) as f:
+        f.write("new\n")
+    assert target.read_text() == "new\n" and list(tmp_path.iterdir()) == [target]
+    fresh = tmp_path / "fresh.txt"
+    with atomic_output(fresh) as f:
+        f.write("x\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
+
+
+def test_atomic_output_writes_into_a_device_instead_of_replacing_it() -> None:
+    devnull = Path(os.devnull)
+    with atomic_output(devnull) as f:
+        f.write("discarded\n")
+    assert devnull.is_char_device()

@@ -4,8 +4,8 @@
 ``UserError`` (bad data, config, checkpoint, flag, device), ``OSError`` (a missing or unwritable path,
 a directory where a file is expected; the message names the path) and Ctrl-C. Each is printed as one
 line on stderr, without a traceback, and turned into an exit status: 2 for usage errors (as argparse
-does), 130 for Ctrl-C, 1 otherwise. Anything else is a bug and keeps its traceback. ``--debug`` or
-``MT_DEBUG=1`` prints the traceback of expected errors too.
+does), 130 for Ctrl-C, 1 otherwise; a closed stdout pipe ends quietly with 141. Anything else is a bug
+and keeps its traceback. ``--debug`` or ``MT_DEBUG=1`` prints the traceback of expected errors too.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from mt.errors import UserError
 
 DEBUG_ENV = "MT_DEBUG"
-EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 1, 2, 130, 141
 
 
 class UsageError(UserError):
@@ -72,6 +72,9 @@ def run_command(prog: str, command: Callable[[], int | None], debug: bool = Fals
     """Run ``command`` and return its exit status; expected errors are reported on one line (see module doc)."""
     try:
         return command() or 0
+    except BrokenPipeError:  # the reader went away (``mt-translate ... | head``): stop quietly, as shells expect
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when stdout is flushed
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt as e:
         if debug_enabled(debug):
             traceback.print_exception(e, file=sys.stderr)

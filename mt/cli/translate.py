@@ -38,8 +38,8 @@ def checkpoint_path(args: argparse.Namespace) -> Path:
         hint = f", e.g. {inside[0]}" if inside else ""
         raise UserError(f"checkpoint {path} is a directory; give a checkpoint file{hint}")
     if not path.exists():
-        how = f"train it with `make train EXP={args.exp}`" if args.ckpt is None else "check the path"
-        raise UserError(f"checkpoint not found: {path} ({how}, or pass --ckpt FILE)")
+        how = f" (train it with `make train EXP={args.exp}`, or pass --ckpt FILE)" if args.ckpt is None else ""
+        raise UserError(f"checkpoint not found: {path}{how}")
     return path
 
 

@@ -48,11 +48,11 @@ else
 endif
 
 translate: $(STAMP)
-	@$(BIN)/python -m mt.translate --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) \
+	@$(BIN)/mt-translate --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) \
 		$(if $(INPUT),--input $(INPUT)) $(if $(OUTPUT),--output $(OUTPUT)) $(ARGS)
 
 eval: $(STAMP)
-	$(BIN)/python -m mt.evaluate --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) --split test $(ARGS)
+	$(BIN)/mt-eval --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) --split test $(ARGS)
 
 summary: $(STAMP)
 	@$(BIN)/python -m mt.model.summary --model $(MODEL) --vocab $(VOCAB)

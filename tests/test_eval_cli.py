@@ -59,7 +59,7 @@ def test_translate_nbest_format_and_errors(run: Path, monkeypatch, capsys) -> No
     assert lines[0].startswith("1 ||| ") and lines[1].startswith("1 ||| ")
     assert float(lines[0].rsplit("|||", 1)[1]) >= float(lines[1].rsplit("|||", 1)[1])
     assert translate_cli.main(["--exp", "tiny", "--input", "src.en", "--on-too-long", "reject"]) == 1
-    assert "line 8" in capsys.readouterr().err
+    assert "src.en:8:" in capsys.readouterr().err  # file:line
     assert translate_cli.main(["--ckpt", "missing.pt", "--input", "src.en"]) == 1
     assert "checkpoint not found" in capsys.readouterr().err
 
@@ -77,3 +77,26 @@ def test_evaluate_writes_the_report(run: Path, monkeypatch) -> None:
     assert (run / "rep/tiny.src.en.greedy.align-3.png").is_file()
     with pytest.raises(SystemExit):
         evaluate_cli.main(["--exp", "tiny", "--src", "src.en"])  # no --ref, no --split
+
+
+def test_a_failed_evaluation_leaves_no_report_and_keeps_the_old_one(run: Path, monkeypatch, capsys) -> None:
+    """Files are staged and moved into --out-dir only when everything was written (regression: a half report)."""
+    import mt.eval.report as report_module
+
+    monkeypatch.chdir(run)
+    args = ["--exp", "tiny", "--src", "src.en", "--ref", "ref.de", "--strategy", "greedy", "--max-len-b", "2",
+            "--name", "r", "--threads", "1"]
+
+    def broken_plot(*_args, **_kwargs):
+        raise OSError(28, "No space left on device", "r.align-1.png")
+
+    monkeypatch.setattr(report_module, "plot_alignment", broken_plot)
+    with pytest.warns(UserWarning):
+        assert evaluate_cli.main([*args, "--out-dir", "fresh"]) == 1
+    assert "r.align-1.png: No space left on device" in capsys.readouterr().err
+    assert not (run / "fresh").exists()  # created for this report, removed again
+    (run / "old").mkdir()
+    (run / "old/r.json").write_text("{}\n")
+    with pytest.warns(UserWarning):
+        assert evaluate_cli.main([*args, "--out-dir", "old"]) == 1
+    assert sorted(p.name for p in (run / "old").iterdir()) == ["r.json"] and (run / "old/r.json").read_text() == "{}\n"

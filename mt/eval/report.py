@@ -7,12 +7,16 @@ it writes under ``out_dir`` are ``NAME.json`` (every field), ``NAME.md`` (the sa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
+import os
+import shutil
+import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,11 +136,8 @@ def evaluate(
     """
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} source lines but {len(references)} reference lines")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     translations, speed = timed_translate(translator, sources, progress)
     hyps = [t.text for t in translations]
-    (out_dir / f"{name}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     report = {
         "name": name,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -146,11 +147,37 @@ def evaluate(
         "metrics": score(hyps, references, lowercase_tokenized=lowercase_tokenized),
         "speed": speed.as_dict(),
         "examples": pick_examples(sources, references, hyps, n_examples),
-        "alignments": alignment_plots(translator, sources, translations, align, out_dir, name),
+        "alignments": [],
         "hypotheses": f"{name}.hyp.txt",
     }
-    write_report(report, out_dir, name)
+    with staged_files(Path(out_dir)) as stage:
+        (stage / f"{name}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+        report["alignments"] = alignment_plots(translator, sources, translations, align, stage, name)
+        write_report(report, stage, name)
     return report
+
+
+@contextlib.contextmanager
+def staged_files(out_dir: Path) -> Iterator[Path]:
+    """A staging directory inside ``out_dir`` whose files are moved into ``out_dir`` if the block succeeds.
+
+    On failure nothing is left behind: not the staged files, not ``out_dir`` if this call created it,
+    and older files of the same names are kept as they were.
+    """
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=out_dir))
+    try:
+        yield stage
+        for path in sorted(stage.iterdir(), key=lambda p: (p.suffix in (".json", ".md"), p.name)):  # report last
+            os.replace(path, out_dir / path.name)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
+    stage.rmdir()
 
 
 def decode_settings(cfg: DecodeConfig) -> dict[str, Any]:

@@ -16,14 +16,18 @@ OUTPUT ?=
 MODEL ?= transformer_base
 VOCAB ?= 37000
 RUN ?= runs/$(EXP)
+TO ?=
+OUT ?=
+QUANT ?=
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
-.PHONY: install test train translate eval summary bench plots average lint clean help
+.PHONY: install test train translate eval export summary bench plots average lint clean help
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
 	@echo "make translate [EXP=..|CKPT=..] [INPUT=file] [OUTPUT=file]   (stdin -> stdout otherwise)"
 	@echo "make eval [EXP=..|CKPT=..] [ARGS='--align 3']                 (report under reports/)"
+	@echo "make export TO=ctranslate2|hf CKPT=path/to/checkpoint.pt OUT=dir [QUANT=int8] [ARGS=--force]"
 	@echo "make test | make bench | make summary MODEL=transformer_base VOCAB=37000 | make plots RUN=runs/demo"
 
 $(STAMP): pyproject.toml
@@ -53,6 +57,10 @@ translate: $(STAMP)
 
 eval: $(STAMP)
 	$(BIN)/mt-eval --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) --split test $(ARGS)
+
+export: $(STAMP)
+	$(if $(and $(TO),$(CKPT),$(OUT)),,$(error usage: make export TO=ctranslate2|hf CKPT=path/to/checkpoint.pt OUT=dir [QUANT=int8] [ARGS=--force]))
+	$(BIN)/mt-export --to $(TO) --ckpt $(CKPT) --out $(OUT) $(if $(QUANT),--quantization $(QUANT)) $(ARGS)
 
 summary: $(STAMP)
 	@$(BIN)/python -m mt.model.summary --model $(MODEL) --vocab $(VOCAB)

@@ -25,18 +25,6 @@ class UsageError(UserError):
     """A bad command line found after parsing (a flag value, a combination of flags, a Hydra override)."""
 
 
-def pending_user_errors() -> tuple[type[BaseException], ...]:
-    """TEMPORARY, until the data branch makes ``DataError`` a ``UserError``: ``DataError`` caught by class.
-
-    Looked up in ``sys.modules`` so that this module does not import ``mt.data`` (and ``datasets``):
-    if ``mt.data.sources`` was never imported, nothing raised its ``DataError``.
-    """
-    sources = sys.modules.get("mt.data.sources")
-    if sources is None or issubclass(sources.DataError, UserError):
-        return ()
-    return (sources.DataError,)
-
-
 def debug_enabled(flag: bool = False) -> bool:
     """``--debug`` was given or ``MT_DEBUG`` is set to anything but ``""`` / ``"0"``."""
     return flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
@@ -82,7 +70,3 @@ def run_command(prog: str, command: Callable[[], int | None], debug: bool = Fals
         return EXIT_INTERRUPTED
     except (UserError, OSError) as e:
         return report(prog, e, debug)
-    except Exception as e:
-        if isinstance(e, pending_user_errors()):
-            return report(prog, e, debug)
-        raise

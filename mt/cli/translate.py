@@ -49,14 +49,15 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]
     import torch
 
     from mt.checkpoint import load_for_inference
-    from mt.cli._compat import resolve_device
+    from mt.config import validate_group
     from mt.decode import Translator
+    from mt.device import resolve_device
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, key="--device")
     model, tokenizers, cfg = load_for_inference(path, device)
-    decode = decode_config(cfg.decode, args)
+    decode = validate_group("decode", decode_config(cfg.decode, args))
     translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)
     return translator, cfg, path
 
@@ -112,7 +113,7 @@ def interactive(translator: Translator, lines: Iterable[str], out: TextIO) -> No
 def read_input(path: Path | None) -> tuple[list[str], str]:
     """The input lines and the name errors give them (the file, or ``<stdin>``)."""
     if path is None:
-        from mt.cli._compat import read_stream
+        from mt.data import read_stream
 
         return list(read_stream(sys.stdin.buffer, "<stdin>")), "<stdin>"
     from mt.data import read_lines
@@ -129,7 +130,7 @@ def translate(args: argparse.Namespace) -> None:
     translator, _, path = load_translator(args)
     print(f"mt-translate: {path} on {translator.device}, {translator.cfg}", file=sys.stderr)
     if args.input is None and sys.stdin.isatty():
-        from mt.cli._compat import read_stream
+        from mt.data import read_stream
 
         print("type a sentence per line (Ctrl-D to quit)", file=sys.stderr)
         with atomic_output(args.output) as out:

@@ -50,16 +50,18 @@ def export(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from mt.cli.errors import run_command
+
     args = parse_args(argv)
-    try:
+
+    def command() -> int:
         notes = export(args)
-    except UserError as e:
-        print(f"mt-export: error: {e}", file=sys.stderr)
-        return 1
-    print(f"mt-export: wrote {args.out} ({args.to}); usage in {args.out / 'README.md'}", file=sys.stderr)
-    for note in notes:
-        print(f"mt-export: note: {note}", file=sys.stderr)
-    return 0
+        print(f"mt-export: wrote {args.out} ({args.to}); usage in {args.out / 'README.md'}", file=sys.stderr)
+        for note in notes:
+            print(f"mt-export: note: {note}", file=sys.stderr)
+        return 0
+
+    return run_command("mt-export", command)
 
 
 if __name__ == "__main__":

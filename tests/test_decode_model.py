@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from uncached import Uncached
 
 from mt.config import DecodeConfig, ModelConfig
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mt.decode import beam_search, greedy_search, sample
-from mt.decode.length_penalty import length_penalty_scalar
+from mt.decode.length_penalty import length_penalty
 from mt.decode.sampling import filter_top_k, filter_top_p, make_sampler
-from mt.decode.uncached import Uncached
 from mt.model import build_model
 
 VOCAB = 64
@@ -28,8 +28,8 @@ class EosBiased:
     def encode(self, src, src_pad_mask):
         return self.model.encode(src, src_pad_mask)
 
-    def new_cache(self):
-        return self.model.new_cache()
+    def new_cache(self, beams_per_sentence=None):
+        return self.model.new_cache(beams_per_sentence)
 
     def decode(self, tgt_in, enc, cache=None):
         self.batch_sizes.append(tgt_in.size(0))
@@ -89,7 +89,7 @@ def test_beam_scores_equal_rescoring(model, batch, name: str, alpha: float) -> N
         keep = ~mask[i]
         for hyp in nbest:
             logprob = rescore(model, src[i : i + 1, keep], mask[i : i + 1, keep], hyp.tokens)
-            lp = length_penalty_scalar(len(hyp.tokens) + 1, name, alpha)
+            lp = length_penalty(len(hyp.tokens) + 1, name, alpha)
             assert hyp.logprob == pytest.approx(logprob, abs=1e-4)
             assert hyp.score == pytest.approx(logprob / lp, abs=1e-4)
             assert EOS_ID not in hyp.tokens and BOS_ID not in hyp.tokens and PAD_ID not in hyp.tokens
@@ -148,7 +148,7 @@ def test_sampling_with_top_k_one_is_greedy(model, batch) -> None:
 def test_sampler_never_leaves_the_top_k() -> None:
     gen = torch.Generator().manual_seed(0)
     lprobs = torch.log_softmax(torch.randn(4, VOCAB, generator=gen), dim=-1)  # (4, V)
-    choose = make_sampler(DecodeConfig(top_k=3, temperature=5.0), torch.Generator().manual_seed(1))
+    choose = make_sampler(5.0, 3, 1.0, torch.Generator().manual_seed(1))  # temperature, top_k, top_p
     draws = torch.stack([choose(lprobs) for _ in range(300)], dim=1)  # (4, 300)
     top3 = lprobs.topk(3, dim=-1).indices  # (4, 3)
     for row in range(4):

@@ -32,11 +32,15 @@ class ScriptedEnc:
 
 
 class ScriptedCache:
-    """Keeps each row's prefix and sentence; ``reorder`` follows the beams like the real cache."""
+    """Keeps each row's prefix and sentence; ``reorder`` follows the beams like the real cache.
 
-    def __init__(self) -> None:
+    With ``beams_per_sentence`` (beam search's cache) the encoder output holds one row per sentence
+    and the rows are sentences x beams, as with ``mt.model.BeamCache``."""
+
+    def __init__(self, beams_per_sentence: int | None = None) -> None:
         self.prefixes: list[tuple[int, ...]] | None = None
         self.sent: torch.Tensor | None = None
+        self.beams_per_sentence = beams_per_sentence
 
     def reorder(self, index: torch.Tensor) -> ScriptedCache:
         assert self.prefixes is not None and self.sent is not None
@@ -56,20 +60,23 @@ class ScriptedModel:
     def encode(self, src: torch.Tensor, src_pad_mask: torch.Tensor) -> ScriptedEnc:
         return ScriptedEnc(torch.arange(src.size(0)))
 
-    def new_cache(self) -> ScriptedCache:
-        return ScriptedCache()
+    def new_cache(self, beams_per_sentence: int | None = None) -> ScriptedCache:
+        return ScriptedCache(beams_per_sentence)
 
     def decode(self, tgt_in: torch.Tensor, enc: ScriptedEnc, cache: ScriptedCache | None = None) -> torch.Tensor:
-        assert cache is not None and tgt_in.shape == (enc.sent.numel(), 1)
+        assert cache is not None and tgt_in.size(1) == 1
         self.batch_sizes.append(tgt_in.size(0))
+        beams = tgt_in.size(0) // enc.sent.numel()  # rows per encoder row: 1, or the beams of a sentence
+        assert beams * enc.sent.numel() == tgt_in.size(0) and (beams == 1 or cache.beams_per_sentence == beams)
+        rows_sent = enc.sent.repeat_interleave(beams)  # (N,) the sentence of each row, by the encoder output
         if cache.prefixes is None:
-            cache.prefixes, cache.sent = [() for _ in range(tgt_in.size(0))], enc.sent.clone()
-        assert torch.equal(cache.sent, enc.sent), "cache and encoder output rows disagree"
+            cache.prefixes, cache.sent = [() for _ in range(tgt_in.size(0))], rows_sent
+        assert torch.equal(cache.sent, rows_sent), "cache and encoder output rows disagree"
         logits = torch.full((tgt_in.size(0), 1, V), -math.inf)
         for row, tok in enumerate(tgt_in[:, 0].tolist()):
             prefix = () if tok == BOS_ID else (*cache.prefixes[row], tok)
             cache.prefixes[row] = prefix
-            probs = self.tables[int(enc.sent[row])].get(prefix, self.default)
+            probs = self.tables[int(rows_sent[row])].get(prefix, self.default)
             for t, p in probs.items():
                 logits[row, 0, t] = math.log(p)
         return logits

@@ -14,8 +14,10 @@ Layout: the B' sentences still being decoded each own K consecutive rows, so eve
    entered the beam either); the live beam is the best K candidates that are *not* EOS. A beam has
    at most K EOS candidates (one per beam), so the 2K candidates always hold K live ones: finished
    hypotheses never starve the beam (fairseq's ``cand_size = 2 * beam``).
-4. Sentences that are done leave the batch; one index (surviving sentences x parent beams) reorders
-   the token history and, in exactly one place, the decoder cache.
+4. Sentences that are done leave the batch (the encoder output, one row per sentence, drops them);
+   one index (surviving sentences x parent beams) reorders the token history and, in exactly one
+   place, the decoder cache, a ``BeamCache`` (``mt.model.beam_cache``: the beams of a sentence share
+   its source K/V and one self-attention store, so that reorder moves few keys).
 
 Scores: ``score = logprob / lp(|Y|)`` with |Y| = pieces + EOS (``mt.decode.length_penalty``).
 
@@ -64,43 +66,43 @@ from mt.decode.common import (
     start_tokens,
     topk_rows,
 )
-from mt.decode.length_penalty import check_penalty, length_penalty_scalar
+from mt.decode.length_penalty import check_penalty, length_penalty
 
 
 class _Finished:
     """Per-sentence finished hypotheses (Python bookkeeping, as in fairseq's ``finalize_hypos``)."""
 
-    def __init__(self, n_sentences: int, cfg: DecodeConfig, max_len: list[int]) -> None:
-        self.hyps: list[list[Hypothesis]] = [[] for _ in range(n_sentences)]
-        self.cfg = cfg
-        self.max_len = max_len
+    def __init__(self, max_len: list[int], beam: int, nbest: int, penalty: str, alpha: float) -> None:
+        self.hyps: list[list[Hypothesis]] = [[] for _ in max_len]
+        self.max_len, self.beam, self.n_best = max_len, beam, nbest
+        self.penalty, self.alpha = penalty, alpha
 
     def add(self, sent: int, tokens: list[int], logprob: float) -> None:
         """Record ``tokens`` (pieces, no EOS) ended by EOS, keeping the sentence's K best by score."""
-        lp = length_penalty_scalar(len(tokens) + 1, self.cfg.length_penalty, self.cfg.alpha)
+        lp = length_penalty(len(tokens) + 1, self.penalty, self.alpha)
         hyps = self.hyps[sent]
         hyps.append(Hypothesis(tokens, logprob / lp, logprob))
-        if len(hyps) > self.cfg.beam_size:
+        if len(hyps) > self.beam:
             hyps.remove(min(hyps, key=lambda h: h.score))
 
     def is_done(self, sent: int, step: int, best_live: float, top_is_eos: bool) -> bool:
         """The stopping rule (a)-(c) of the module docstring, after ``step`` (0-based) was decoded."""
-        hyps, cfg = self.hyps[sent], self.cfg
+        hyps = self.hyps[sent]
         if step >= self.max_len[sent] or best_live == NEG_INF:
             return True
-        if len(hyps) < cfg.nbest:
+        if len(hyps) < self.n_best:
             return False
         if top_is_eos:
             return True
-        nth_best = sorted((h.score for h in hyps), reverse=True)[cfg.nbest - 1]
+        nth_best = sorted((h.score for h in hyps), reverse=True)[self.n_best - 1]
         # live beams hold step + 1 pieces, so they end with a length in [step + 2, max_len + 1]; lp is
         # monotone, so its largest value over that range is at one of the two ends
         ends = (step + 2, self.max_len[sent] + 1)
-        best_lp = max(length_penalty_scalar(n, cfg.length_penalty, cfg.alpha) for n in ends)
+        best_lp = max(length_penalty(n, self.penalty, self.alpha) for n in ends)
         return nth_best >= best_live / best_lp
 
     def nbest(self, sent: int) -> list[Hypothesis]:
-        return sorted(self.hyps[sent], key=lambda h: h.score, reverse=True)[: self.cfg.nbest]
+        return sorted(self.hyps[sent], key=lambda h: h.score, reverse=True)[: self.n_best]
 
 
 def _select_candidates(
@@ -175,11 +177,11 @@ def beam_search(
     if not 1 <= cfg.nbest <= cfg.beam_size:
         raise ValueError(f"need 1 <= nbest <= beam_size, got nbest={cfg.nbest}, beam_size={cfg.beam_size}")
     beam, n_sent, device = cfg.beam_size, src.size(0), src.device
-    max_len = max_output_lengths(src_pad_mask, cfg, max_positions)
-    finished = _Finished(n_sent, cfg, max_len)
+    max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
+    finished = _Finished(max_len, beam, cfg.nbest, cfg.length_penalty, cfg.alpha)
 
-    enc = model.encode(src, src_pad_mask)  # (B, S, D): step 0 decodes one row per sentence
-    cache = model.new_cache()
+    enc = model.encode(src, src_pad_mask)  # (B', S, D): one row per sentence, throughout
+    cache = model.new_cache(beams_per_sentence=beam)  # step 0 decodes one row per sentence, then K
     active = list(range(n_sent))  # original sentence of each group of rows
     tokens = start_tokens(n_sent, device)  # (B'*r, t + 1) with BOS first; r = rows per sentence
     scores = torch.zeros(n_sent, 1, device=device)  # (B', r): at step 0 the K beams would be copies
@@ -211,9 +213,8 @@ def beam_search(
             keep = torch.tensor(kept, device=device)  # (B'',)
             active = [active[i] for i in kept]
             scores, parents, new_tok = scores[keep], parents[keep], new_tok[keep]
+            enc.reorder(keep)  # the encoder output holds sentences, not beams
         index = parents.view(-1)  # (B''*K,) rows of the current batch to continue from
-        if rows != beam or any(done):  # the rows' sentences changed: the encoder output follows
-            enc.reorder(index)  # (within a sentence every row has the same encoder output)
         cache.reorder(index)  # the one place the cache follows the beams
         tokens = torch.cat([tokens.index_select(0, index), new_tok.view(-1, 1)], dim=1)  # (B''*K, t + 2)
 

@@ -4,7 +4,7 @@ Conventions (docs/ARCHITECTURE.md): the source is ``pieces + [EOS]`` padded with
 from ``[BOS]`` and stops at ``EOS``. B sentences, K beams, V target vocabulary.
 
 Maximum output length: ``max_len = floor(a * |src| + b)`` pieces, where ``|src|`` is the number of
-source pieces *without* its EOS and ``a, b = cfg.max_len_a, cfg.max_len_b``; it is at least 1 and at
+source pieces *without* its EOS and ``a, b = max_len_a, max_len_b`` (``DecodeConfig``); it is at least 1 and at
 most ``max_positions - 1`` (the decoder input ``[BOS] + pieces`` must fit the model's positions). A
 hypothesis holds at most ``max_len`` pieces: at step ``max_len`` only EOS is allowed.
 
@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mt.config import DecodeConfig
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -math.inf
@@ -48,7 +47,9 @@ class DecodableModel(Protocol):
 
     def encode(self, src: Tensor, src_pad_mask: Tensor) -> Reorderable: ...
 
-    def new_cache(self) -> Reorderable: ...
+    def new_cache(self, beams_per_sentence: int | None = None) -> Reorderable:
+        """A plain cache (None: one source row per decoder row) or beam search's (``BeamCache``)."""
+        ...
 
     def decode(self, tgt_in: Tensor, enc: Reorderable, cache: Reorderable | None = None) -> Tensor: ...
 
@@ -59,12 +60,12 @@ def source_lengths(src_pad_mask: Tensor) -> Tensor:
 
 
 def max_output_lengths(
-    src_pad_mask: Tensor, cfg: DecodeConfig, max_positions: int | None = None
+    src_pad_mask: Tensor, max_len_a: float, max_len_b: int, max_positions: int | None = None
 ) -> list[int]:
     """``floor(a * |src| + b)`` per sentence, clamped to ``[1, max_positions - 1]`` (see module doc)."""
     limits = []
     for n in source_lengths(src_pad_mask).tolist():
-        limit = max(1, math.floor(cfg.max_len_a * n + cfg.max_len_b))
+        limit = max(1, math.floor(max_len_a * n + max_len_b))
         if max_positions is not None:
             limit = min(limit, max_positions - 1)
         limits.append(limit)
@@ -118,7 +119,7 @@ def fill_from_the_end(done: list[bool]) -> list[int]:
     """The rows (sentences) to keep when those marked ``done`` leave a batch, in an order that moves
     few: each finished one's place is taken by the last unfinished one behind it (e.g. done =
     [F, T, F, F, T, F] -> [0, 5, 2, 3]), so the cache copies only the moved ones
-    (``mt.model.cache.take_rows``) instead of every one after a gap."""
+    (``mt.model.cache.select_rows_``) instead of every one after a gap."""
     kept = [i for i, d in enumerate(done) if not d]
     movers = iter(i for i in reversed(kept) if i >= len(kept))
     return [i if i < len(kept) and not done[i] else next(movers) for i in range(len(kept))]

@@ -25,7 +25,7 @@ from mt.decode.common import (
     max_output_lengths,
     start_tokens,
 )
-from mt.decode.length_penalty import check_penalty, length_penalty_scalar
+from mt.decode.length_penalty import check_penalty, length_penalty
 
 # (B', V) float32 log-probs -> (B',) chosen token ids
 Chooser = Callable[[Tensor], Tensor]
@@ -35,18 +35,19 @@ def decode_single_path(
     model: DecodableModel,
     src: Tensor,
     src_pad_mask: Tensor,
-    cfg: DecodeConfig,
     choose: Chooser,
-    max_positions: int | None = None,
+    *,
+    max_len: list[int],
+    penalty: str,
+    alpha: float,
     vocab_size: int | None = None,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence of src (B, S), each next token picked by ``choose``.
 
-    ``max_positions`` caps the output length; ids ``>= vocab_size`` are never generated.
+    ``max_len``: pieces per sentence at most; ``penalty``, ``alpha``: the length penalty of the score;
+    ids ``>= vocab_size`` are never generated.
     """
-    check_penalty(cfg.length_penalty)
     n_sent, device = src.size(0), src.device
-    max_len = max_output_lengths(src_pad_mask, cfg, max_positions)
     limit = torch.tensor(max_len, device=device)  # (B',)
     enc = model.encode(src, src_pad_mask)
     cache = model.new_cache()
@@ -70,7 +71,7 @@ def decode_single_path(
         for sent, history, lp_sum in zip(
             active[rows].tolist(), tokens[rows, 1:-1].tolist(), logprob[rows].tolist(), strict=True
         ):
-            lp = length_penalty_scalar(len(history) + 1, cfg.length_penalty, cfg.alpha)
+            lp = length_penalty(len(history) + 1, penalty, alpha)
             results[sent] = [Hypothesis(history, lp_sum / lp, lp_sum)]
         if bool(ended.all()):
             break
@@ -95,5 +96,12 @@ def greedy_search(
     max_positions: int | None = None,
     vocab_size: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """The greedy output of each sentence of src (B, S), as a one-element n-best list."""
-    return decode_single_path(model, src, src_pad_mask, cfg, _argmax, max_positions, vocab_size)
+    """The greedy output of each sentence of src (B, S), as a one-element n-best list.
+
+    Uses ``cfg.length_penalty``, ``alpha`` (the score), ``max_len_a``, ``max_len_b``."""
+    check_penalty(cfg.length_penalty)
+    max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
+    return decode_single_path(
+        model, src, src_pad_mask, _argmax,
+        max_len=max_len, penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size,
+    )

@@ -71,12 +71,26 @@ def rescore(model: EosBiased, src: torch.Tensor, mask: torch.Tensor, tokens: lis
         return lprobs.gather(1, target.unsqueeze(1)).sum().item()
 
 
-@pytest.mark.parametrize(("name", "alpha"), [("gnmt", 0.6), ("length", 1.0), ("none", 0.0)])
-def test_beam_one_equals_greedy(model, batch, name: str, alpha: float) -> None:
-    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha)
+@pytest.mark.parametrize(
+    ("name", "alpha", "stopping"),
+    [("gnmt", 0.6, "topk_eos"), ("length", 1.0, "topk_eos"), ("none", 0.0, "topk_eos"), ("none", 0.0, "exact")],
+)
+def test_beam_one_equals_greedy(model, batch, name: str, alpha: float, stopping: str) -> None:
+    # by construction for these rules (see mt.decode.stopping); exact with a penalty: the next test
+    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha, stopping=stopping)
     beam, greedy = beam_search(model, *batch, cfg), greedy_search(model, *batch, cfg)
     assert [b[0].tokens for b in beam] == [g[0].tokens for g in greedy]
     assert [b[0].score for b in beam] == [g[0].score for g in greedy]  # exactly
+
+
+@pytest.mark.parametrize(("name", "alpha"), [("gnmt", 0.6), ("length", 1.0)])
+def test_exact_beam_one_scores_at_least_greedy(model, batch, name: str, alpha: float) -> None:
+    """Under a penalty, exact beam 1 follows greedy's path to greedy's EOS (so it finishes greedy's
+    output) and may go on with the runner-up: its score is never below greedy's."""
+    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha, stopping="exact")
+    for b, g in zip(beam_search(model, *batch, cfg), greedy_search(model, *batch, cfg), strict=True):
+        assert b[0].score >= g[0].score
+        assert b[0].tokens == g[0].tokens or b[0].score > g[0].score
 
 
 @pytest.mark.parametrize(("name", "alpha"), [("gnmt", 0.6), ("length", 1.0), ("none", 0.0)])

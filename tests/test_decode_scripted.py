@@ -115,7 +115,10 @@ LIMITED: Table = {
 
 
 def cfg_of(**overrides) -> DecodeConfig:
-    base = DecodeConfig(beam_size=2, nbest=1, length_penalty="none", alpha=0.0, max_len_a=0.0, max_len_b=10)
+    """Beam 2, no penalty, 10 pieces at most; EOS allowed at step 0 (the tables above use it)."""
+    base = DecodeConfig(
+        beam_size=2, nbest=1, length_penalty="none", alpha=0.0, max_len_a=0.0, max_len_b=10, min_len=0
+    )
     return replace(base, **overrides)
 
 
@@ -142,9 +145,10 @@ def lp(name: str, alpha: float, length: int) -> float:
     ],
 )
 def test_beam_hand_worked_nbest(name: str, alpha: float, order: list[list[int]]) -> None:
+    # the steps worked by hand above follow rule topk_eos (see test_decode_stopping for exact)
     model = ScriptedModel([HAND])
     src, mask = source([3])
-    (nbest,) = beam_search(model, src, mask, cfg_of(nbest=2, length_penalty=name, alpha=alpha))
+    (nbest,) = beam_search(model, src, mask, cfg_of(nbest=2, length_penalty=name, alpha=alpha, stopping="topk_eos"))
     logprob = {(A,): math.log(0.3), (B, A): math.log(0.18)}
     assert [h.tokens for h in nbest] == order
     for h in nbest:
@@ -163,10 +167,11 @@ def test_finished_hypotheses_do_not_starve_the_beam() -> None:
     assert [h.logprob for h in nbest] == pytest.approx([math.log(0.3), math.log(0.1125)], abs=1e-6)
 
 
-def test_beam_stops_when_the_top_candidate_is_eos() -> None:
+@pytest.mark.parametrize("stopping", ["topk_eos", "exact"])  # without a penalty the bound stops here too
+def test_beam_stops_when_the_top_candidate_is_eos(stopping: str) -> None:
     model = ScriptedModel([EARLY])
     src, mask = source([3])
-    (nbest,) = beam_search(model, src, mask, cfg_of())
+    (nbest,) = beam_search(model, src, mask, cfg_of(stopping=stopping))
     assert [h.tokens for h in nbest] == [[]]
     assert nbest[0].score == pytest.approx(math.log(0.7), abs=1e-6)
     assert model.batch_sizes == [1]  # log .7 > log .2 (best live): no second step
@@ -244,9 +249,12 @@ def test_pad_and_bos_are_never_generated_but_unk_is() -> None:
         assert nbest[0].logprob == pytest.approx(math.log(0.15), abs=1e-6)
 
 
-@pytest.mark.parametrize(("name", "alpha"), [("none", 0.0), ("gnmt", 0.6), ("length", -0.5)])
-def test_beam_one_is_greedy_on_scripted_tables(name: str, alpha: float) -> None:
-    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha, max_len_a=1.0, max_len_b=0)
+@pytest.mark.parametrize(
+    ("name", "alpha", "stopping"),
+    [("none", 0.0, "exact"), ("none", 0.0, "topk_eos"), ("gnmt", 0.6, "topk_eos"), ("length", -0.5, "topk_eos")],
+)
+def test_beam_one_is_greedy_on_scripted_tables(name: str, alpha: float, stopping: str) -> None:
+    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha, max_len_a=1.0, max_len_b=0, stopping=stopping)
     src, mask = source([2, 1, 5])
     tables = [LIMITED, EARLY, HAND]
     greedy_model, beam_model = ScriptedModel(tables), ScriptedModel(tables)
@@ -260,6 +268,11 @@ def test_invalid_settings_fail_fast() -> None:
         beam_search(ScriptedModel([HAND]), src, mask, cfg_of(nbest=3))
     with pytest.raises(ValueError, match="length penalty"):
         beam_search(ScriptedModel([HAND]), src, mask, cfg_of(length_penalty="wu"))
+    with pytest.raises(ValueError, match="decode.stopping='first'"):
+        beam_search(ScriptedModel([HAND]), src, mask, cfg_of(stopping="first"))
+    for search in (beam_search, greedy_search):
+        with pytest.raises(ValueError, match="decode.min_len must be >= 0"):
+            search(ScriptedModel([HAND]), src, mask, cfg_of(min_len=-1))
 
 
 @pytest.mark.parametrize("vocab", [8000, 8003, 40])

@@ -4,9 +4,11 @@ Conventions (docs/ARCHITECTURE.md): the source is ``pieces + [EOS]`` padded with
 from ``[BOS]`` and stops at ``EOS``. B sentences, K beams, V target vocabulary.
 
 Maximum output length: ``max_len = floor(a * |src| + b)`` pieces, where ``|src|`` is the number of
-source pieces *without* its EOS and ``a, b = max_len_a, max_len_b`` (``DecodeConfig``); it is at least 1 and at
-most ``max_positions - 1`` (the decoder input ``[BOS] + pieces`` must fit the model's positions). A
-hypothesis holds at most ``max_len`` pieces: at step ``max_len`` only EOS is allowed.
+source pieces *without* its EOS and ``a, b = max_len_a, max_len_b`` (``DecodeConfig``); it is at least
+1 and at most ``max_positions - 1`` (the decoder input ``[BOS] + pieces`` must fit the model's
+positions). A hypothesis holds at most ``max_len`` pieces: at step ``max_len`` only EOS is allowed.
+Minimum: EOS is banned before ``min_len`` pieces (default 1: a non-empty source never gets an empty
+output), never past ``max_len``.
 
 Scores: log-probs are taken in float32 (``log_softmax`` of the float32 logits); PAD, BOS and the
 embedding's padding ids (``>= vocab_size`` when the search is given the tokenizer's size) are never
@@ -72,6 +74,22 @@ def max_output_lengths(
     return limits
 
 
+def min_output_lengths(min_len: int, max_len: list[int]) -> list[int]:
+    """Pieces before EOS is allowed, per sentence: ``min_len`` (``DecodeConfig.min_len``), but never past
+    the sentence's ``max_len`` (where only EOS is allowed)."""
+    if min_len < 0:
+        raise ValueError(f"decode.min_len must be >= 0, got {min_len}")
+    return [min(min_len, limit) for limit in max_len]
+
+
+def rows_below(step: int, limits: list[int], rows: int, device: torch.device) -> Tensor | None:
+    """(B' * rows,) bool: the rows of sentences whose ``limits`` entry is above ``step`` (each sentence
+    owning ``rows`` consecutive rows), or None when there is none."""
+    if step >= max(limits, default=0):
+        return None
+    return torch.tensor([step < limit for limit in limits], device=device).repeat_interleave(rows)
+
+
 def ban_(scores: Tensor, vocab_size: int | None = None) -> Tensor:
     """In place: PAD, BOS and ids at or past ``vocab_size`` (the embedding's rounding to a multiple of
     8) get -inf in ``scores`` (N, V), which may be logits or log-probs."""
@@ -115,6 +133,12 @@ def force_eos_(lprobs: Tensor, rows: Tensor) -> Tensor:
     return lprobs
 
 
+def ban_eos_(lprobs: Tensor, rows: Tensor) -> Tensor:
+    """In place: rows where ``rows`` (N,) bool is True may not produce EOS (not yet ``min_len`` pieces)."""
+    lprobs[:, EOS_ID].masked_fill_(rows, NEG_INF)
+    return lprobs
+
+
 def fill_from_the_end(done: list[bool]) -> list[int]:
     """The rows (sentences) to keep when those marked ``done`` leave a batch, in an order that moves
     few: each finished one's place is taken by the last unfinished one behind it (e.g. done =
@@ -139,10 +163,13 @@ __all__ = [
     "Hypothesis",
     "Reorderable",
     "ban_",
+    "ban_eos_",
     "fill_from_the_end",
     "force_eos_",
     "log_probs",
     "max_output_lengths",
+    "min_output_lengths",
+    "rows_below",
     "source_lengths",
     "start_tokens",
     "topk_rows",

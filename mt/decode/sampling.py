@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from mt.config import DecodeConfig
-from mt.decode.common import NEG_INF, DecodableModel, Hypothesis, max_output_lengths
+from mt.decode.common import NEG_INF, DecodableModel, Hypothesis, max_output_lengths, min_output_lengths
 from mt.decode.greedy import Chooser, decode_single_path
 from mt.decode.length_penalty import check_penalty
 
@@ -75,5 +75,6 @@ def sample(
     max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
     return decode_single_path(
         model, src, src_pad_mask, choose,
-        max_len=max_len, penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size,
+        max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
+        penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size,
     )

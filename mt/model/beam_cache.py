@@ -58,17 +58,17 @@ class BeamCache:
     def start_call(self, rows: int, steps: int, enc: EncoderOut, dtype: torch.dtype) -> list[LayerStep]:
         """Check a call of ``rows`` x ``steps`` new tokens against ``enc`` (one row per sentence) and this
         cache; extend the slot table; the per-layer caches for the call."""
-        k = self.beams_per_sentence
+        k, sentences = self.beams_per_sentence, enc.out.size(0)
         if self.beams is None:
-            if enc.rows == 0 or rows not in (enc.rows, enc.rows * k):
+            if sentences == 0 or rows not in (sentences, sentences * k):
                 raise ValueError(
                     f"the first decode with a beam cache needs 1 or {k} rows per sentence: "
-                    f"{rows} rows for {enc.rows} sentences"
+                    f"{rows} rows for {sentences} sentences"
                 )
-            self.beams = rows // enc.rows
-        elif enc.rows != self.sentences or rows != self.rows:
+            self.beams = rows // sentences
+        elif sentences != self.sentences or rows != self.rows:
             raise ValueError(
-                f"decode of {rows} rows with an encoder output of {enc.rows} sentences; the beam cache holds "
+                f"decode of {rows} rows with an encoder output of {sentences} sentences; the beam cache holds "
                 f"{self.sentences} sentences x {self.beams} beams (reorder the encoder output by sentence)"
             )
         self.store.keep_source(enc.pad_mask)

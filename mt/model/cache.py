@@ -32,13 +32,9 @@ class EncoderOut:
     out: Tensor
     pad_mask: Tensor
 
-    @property
-    def rows(self) -> int:
-        return self.out.size(0)
-
     def reorder(self, index: Tensor) -> EncoderOut:
         """Keep rows ``index`` (LongTensor (B',); may permute, repeat or drop rows), in place."""
-        check_index(index, self.rows, "encoder output")
+        check_index(index, self.out.size(0), "encoder output")
         self.out = self.out.index_select(0, index)
         self.pad_mask = self.pad_mask.index_select(0, index)
         return self
@@ -159,9 +155,10 @@ class DecoderCache:
     def start_call(self, rows: int, steps: int, enc: EncoderOut, dtype: torch.dtype) -> list[LayerStep]:
         """Check a call of ``rows`` x ``steps`` new tokens against ``enc`` and this cache; the per-layer
         caches for it (the first call keeps ``enc``'s pad mask)."""
-        if rows != enc.rows or (self.rows is not None and rows != self.rows):
+        sources = enc.out.size(0)
+        if rows != sources or (self.rows is not None and rows != self.rows):
             raise ValueError(
-                f"decode of {rows} rows with a cache of {self.rows} rows and an encoder output of {enc.rows}: "
+                f"decode of {rows} rows with a cache of {self.rows} rows and an encoder output of {sources}: "
                 "reorder the cache and the encoder output with the same index"
             )
         self.keep_source(enc.pad_mask)

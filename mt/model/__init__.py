@@ -2,7 +2,7 @@
 
 from mt.model.attention import CachedKeys, MultiHeadAttention, attention, causal_mask, grouped_attention
 from mt.model.beam_cache import BeamCache
-from mt.model.cache import DecoderCache, EncoderOut, KVBuffer, LayerKV
+from mt.model.cache import DecoderCache, DecodingState, EncoderOut, KVBuffer, LayerKV
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, sinusoid_table
 from mt.model.encoder import Encoder
@@ -15,6 +15,7 @@ __all__ = [
     "Decoder",
     "DecoderCache",
     "DecoderLayer",
+    "DecodingState",
     "Encoder",
     "EncoderLayer",
     "EncoderOut",

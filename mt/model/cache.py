@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -132,6 +133,17 @@ class LayerStep:
         if self.kv.cross_k is None or self.kv.cross_v is None:
             self.kv.cross_k, self.kv.cross_v = project()
         return CachedKeys(self.kv.cross_k, self.kv.cross_v, self.source_mask, group=self.group)
+
+
+class DecodingState(Protocol):
+    """What ``Decoder.forward`` needs from a cache: ``DecoderCache`` here, ``BeamCache`` for beam search."""
+
+    @property
+    def length(self) -> int: ...
+
+    def start_call(self, rows: int, steps: int, enc: EncoderOut, dtype: torch.dtype) -> list[LayerStep]: ...
+
+    def reorder(self, index: Tensor) -> DecodingState: ...
 
 
 class DecoderCache:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mt.model.beam_cache import BeamCache
-from mt.model.cache import DecoderCache, EncoderOut
+from mt.model.cache import DecoderCache, DecodingState, EncoderOut
 from mt.model.embedding import TransformerEmbedding
 from mt.model.layers import DecoderLayer
 
@@ -38,7 +37,7 @@ class Decoder(nn.Module):
     def new_cache(self) -> DecoderCache:
         return DecoderCache(len(self.layers))
 
-    def forward(self, tgt_in: Tensor, enc: EncoderOut, cache: DecoderCache | BeamCache | None = None) -> Tensor:
+    def forward(self, tgt_in: Tensor, enc: EncoderOut, cache: DecodingState | None = None) -> Tensor:
         """tgt_in (B, T); enc: out (B, S, D), pad_mask (B, S), True = padding -> logits (B, T, V).
 
         Without a cache: the full causal forward. With one: ``tgt_in`` holds the new tokens only, their

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from mt.config import ModelConfig
 from mt.model.beam_cache import BeamCache
-from mt.model.cache import DecoderCache, EncoderOut
+from mt.model.cache import DecoderCache, DecodingState, EncoderOut
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_embedding
 from mt.model.encoder import Encoder
@@ -30,7 +30,7 @@ class Seq2SeqTransformer(nn.Module):
     def encode(self, src: Tensor, src_pad_mask: Tensor) -> EncoderOut:
         return EncoderOut(out=self.encoder(src, src_pad_mask), pad_mask=src_pad_mask)
 
-    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecoderCache | BeamCache | None = None) -> Tensor:
+    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecodingState | None = None) -> Tensor:
         """Logits (B, T, V) for ``tgt_in``; see ``Decoder.forward`` for the cached, incremental case.
 
         With a cache, the first call projects the encoder-decoder K/V from ``enc`` and keeps its pad

@@ -33,7 +33,7 @@ A_ONLY = (math.log(0.9) + math.log(0.40)) / lp("gnmt", 0.6, 2)
 def test_exact_stopping_finds_the_longer_hypothesis_a_length_penalty_prefers(beam: int) -> None:
     assert A_B == pytest.approx(-0.911, abs=1e-3) and A_ONLY == pytest.approx(-0.931, abs=1e-3)
     src, mask = source([3])
-    cfg = cfg_of(beam_size=beam, length_penalty="gnmt", alpha=0.6, min_len=1)
+    cfg = cfg_of(beam_size=beam, length_penalty="gnmt", alpha=0.6, min_len=1, stopping="exact")
     (exact,) = beam_search(ScriptedModel([PENALISED]), src, mask, cfg)
     assert exact[0].tokens == [A, B] and exact[0].score == pytest.approx(A_B, abs=1e-6)
     # the raw-top-EOS shortcut stops at step 1, where EOS after "a" is the best candidate
@@ -80,7 +80,9 @@ def test_exact_beam_search_equals_exhaustive_search_when_the_beam_covers_the_spa
     for _ in range(6):
         table = random_table(gen, depth=4)
         best = exhaustive(table, 4, min_len, name, alpha)[:3]
-        cfg = cfg_of(beam_size=128, nbest=3, max_len_b=4, length_penalty=name, alpha=alpha, min_len=min_len)
+        cfg = cfg_of(
+            beam_size=128, nbest=3, max_len_b=4, length_penalty=name, alpha=alpha, min_len=min_len, stopping="exact"
+        )
         (nbest,) = beam_search(ScriptedModel([table]), src, mask, cfg)
         assert [tuple(h.tokens) for h in nbest] == [tokens for _, tokens in best]
         assert [h.score for h in nbest] == pytest.approx([score for score, _ in best], abs=1e-5)
@@ -123,10 +125,10 @@ def test_sampling_honours_min_len() -> None:
     assert all(len(r[0].tokens) >= 1 for r in drawn)
 
 
-def test_default_min_len_gives_a_non_empty_source_a_non_empty_output() -> None:
+def test_defaults_min_len_1_and_the_rule_measured_best() -> None:
     from mt.config import DecodeConfig
 
-    assert DecodeConfig().min_len == 1
+    assert DecodeConfig().min_len == 1 and DecodeConfig().stopping == "topk_eos"
     src, mask = source([3])
     cfg = replace(cfg_of(), min_len=DecodeConfig().min_len)
     assert beam_search(ScriptedModel([EMPTY_FIRST]), src, mask, cfg)[0][0].tokens != []

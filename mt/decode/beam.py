@@ -20,8 +20,9 @@ Layout: the B' sentences still being decoded each own K consecutive rows, so eve
    its source K/V and one self-attention store, so that reorder moves few keys).
 
 Scores: ``score = logprob / lp(|Y|)`` with |Y| = pieces + EOS (``mt.decode.length_penalty``). When a
-sentence is done: ``mt.decode.stopping`` (``cfg.stopping``: ``exact``, the default, stops only when no
-live beam can still beat the n-best under the penalised score; ``topk_eos``; ``fairseq``).
+sentence is done: ``mt.decode.stopping`` (``cfg.stopping``: ``topk_eos``, the default, also stops when
+the best candidate is EOS; ``exact`` only when no live beam can still beat the n-best under the
+penalised score; ``fairseq``).
 """
 
 from __future__ import annotations

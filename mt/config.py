@@ -158,6 +158,8 @@ class DecodeConfig:
     alpha: float = 0.6
     max_len_a: float = 1.0  # max output length = a * |src| + b
     max_len_b: int = 50
+    min_len: int = 1  # EOS banned before this many pieces (1: a non-empty source never gets an empty output)
+    stopping: str = "topk_eos"  # beam: topk_eos (OpenNMT: top beam finished) | exact | fairseq (K finished)
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0

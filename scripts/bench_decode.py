@@ -2,6 +2,7 @@
 
     python scripts/bench_decode.py --ckpt runs/multi30k_en_de/checkpoints/best.pt
     python scripts/bench_decode.py --random-model transformer_small --vocab 8000 [--n 50]
+    python scripts/bench_decode.py --ckpt ... --stopping topk_eos --min-len 0   # the work of 605b6c4
 
 Batches of up to ``--max-sentences`` (64) sentences under the checkpoint's ``decode.max_tokens``.
 Prints sentences/s and target tokens/s with a timer around decoding only, plus the whole process's
@@ -27,6 +28,7 @@ import torch  # noqa: E402
 from mt.config import DecodeConfig, compose  # noqa: E402
 from mt.data import read_lines  # noqa: E402
 from mt.decode import Translator  # noqa: E402
+from mt.decode.stopping import STOPPING_RULES  # noqa: E402
 
 DEFAULT_INPUT = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
 
@@ -89,6 +91,8 @@ def main() -> None:
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--max-sentences", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3, help="runs of each search; the median is reported")
+    p.add_argument("--stopping", choices=STOPPING_RULES, help="beam stopping rule (default: the config's)")
+    p.add_argument("--min-len", type=int, help="pieces before EOS is allowed (default: config)")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -104,6 +108,10 @@ def main() -> None:
             cfg = dataclasses.replace(
                 decode, strategy=strategy, beam_size=args.beam, nbest=1, max_sentences=args.max_sentences
             )
+            if args.stopping is not None:
+                cfg = dataclasses.replace(cfg, stopping=args.stopping)
+            if args.min_len is not None:
+                cfg = dataclasses.replace(cfg, min_len=args.min_len)
             translator = Translator(model, tokenizers, cfg, "cpu", max_positions=max_positions)
             results.setdefault(label, []).append(bench(translator, lines, label))
     for label, runs in results.items():

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from uncached import Uncached
 
 from mt.config import DecodeConfig, ModelConfig
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mt.decode import beam_search, greedy_search, sample
-from mt.decode.length_penalty import length_penalty_scalar
+from mt.decode.length_penalty import length_penalty
 from mt.decode.sampling import filter_top_k, filter_top_p, make_sampler
-from mt.decode.uncached import Uncached
 from mt.model import build_model
 
 VOCAB = 64
@@ -28,8 +28,8 @@ class EosBiased:
     def encode(self, src, src_pad_mask):
         return self.model.encode(src, src_pad_mask)
 
-    def new_cache(self):
-        return self.model.new_cache()
+    def new_cache(self, beams_per_sentence=None):
+        return self.model.new_cache(beams_per_sentence)
 
     def decode(self, tgt_in, enc, cache=None):
         self.batch_sizes.append(tgt_in.size(0))
@@ -71,12 +71,26 @@ def rescore(model: EosBiased, src: torch.Tensor, mask: torch.Tensor, tokens: lis
         return lprobs.gather(1, target.unsqueeze(1)).sum().item()
 
 
-@pytest.mark.parametrize(("name", "alpha"), [("gnmt", 0.6), ("length", 1.0), ("none", 0.0)])
-def test_beam_one_equals_greedy(model, batch, name: str, alpha: float) -> None:
-    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha)
+@pytest.mark.parametrize(
+    ("name", "alpha", "stopping"),
+    [("gnmt", 0.6, "topk_eos"), ("length", 1.0, "topk_eos"), ("none", 0.0, "topk_eos"), ("none", 0.0, "exact")],
+)
+def test_beam_one_equals_greedy(model, batch, name: str, alpha: float, stopping: str) -> None:
+    # by construction for these rules (see mt.decode.stopping); exact with a penalty: the next test
+    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha, stopping=stopping)
     beam, greedy = beam_search(model, *batch, cfg), greedy_search(model, *batch, cfg)
     assert [b[0].tokens for b in beam] == [g[0].tokens for g in greedy]
     assert [b[0].score for b in beam] == [g[0].score for g in greedy]  # exactly
+
+
+@pytest.mark.parametrize(("name", "alpha"), [("gnmt", 0.6), ("length", 1.0)])
+def test_exact_beam_one_scores_at_least_greedy(model, batch, name: str, alpha: float) -> None:
+    """Under a penalty, exact beam 1 follows greedy's path to greedy's EOS (so it finishes greedy's
+    output) and may go on with the runner-up: its score is never below greedy's."""
+    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha, stopping="exact")
+    for b, g in zip(beam_search(model, *batch, cfg), greedy_search(model, *batch, cfg), strict=True):
+        assert b[0].score >= g[0].score
+        assert b[0].tokens == g[0].tokens or b[0].score > g[0].score
 
 
 @pytest.mark.parametrize(("name", "alpha"), [("gnmt", 0.6), ("length", 1.0), ("none", 0.0)])
@@ -89,7 +103,7 @@ def test_beam_scores_equal_rescoring(model, batch, name: str, alpha: float) -> N
         keep = ~mask[i]
         for hyp in nbest:
             logprob = rescore(model, src[i : i + 1, keep], mask[i : i + 1, keep], hyp.tokens)
-            lp = length_penalty_scalar(len(hyp.tokens) + 1, name, alpha)
+            lp = length_penalty(len(hyp.tokens) + 1, name, alpha)
             assert hyp.logprob == pytest.approx(logprob, abs=1e-4)
             assert hyp.score == pytest.approx(logprob / lp, abs=1e-4)
             assert EOS_ID not in hyp.tokens and BOS_ID not in hyp.tokens and PAD_ID not in hyp.tokens
@@ -148,7 +162,7 @@ def test_sampling_with_top_k_one_is_greedy(model, batch) -> None:
 def test_sampler_never_leaves_the_top_k() -> None:
     gen = torch.Generator().manual_seed(0)
     lprobs = torch.log_softmax(torch.randn(4, VOCAB, generator=gen), dim=-1)  # (4, V)
-    choose = make_sampler(DecodeConfig(top_k=3, temperature=5.0), torch.Generator().manual_seed(1))
+    choose = make_sampler(5.0, 3, 1.0, torch.Generator().manual_seed(1))  # temperature, top_k, top_p
     draws = torch.stack([choose(lprobs) for _ in range(300)], dim=1)  # (4, 300)
     top3 = lprobs.topk(3, dim=-1).indices  # (4, 3)
     for row in range(4):

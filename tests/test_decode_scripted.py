@@ -32,11 +32,15 @@ class ScriptedEnc:
 
 
 class ScriptedCache:
-    """Keeps each row's prefix and sentence; ``reorder`` follows the beams like the real cache."""
+    """Keeps each row's prefix and sentence; ``reorder`` follows the beams like the real cache.
 
-    def __init__(self) -> None:
+    With ``beams_per_sentence`` (beam search's cache) the encoder output holds one row per sentence
+    and the rows are sentences x beams, as with ``mt.model.BeamCache``."""
+
+    def __init__(self, beams_per_sentence: int | None = None) -> None:
         self.prefixes: list[tuple[int, ...]] | None = None
         self.sent: torch.Tensor | None = None
+        self.beams_per_sentence = beams_per_sentence
 
     def reorder(self, index: torch.Tensor) -> ScriptedCache:
         assert self.prefixes is not None and self.sent is not None
@@ -56,20 +60,23 @@ class ScriptedModel:
     def encode(self, src: torch.Tensor, src_pad_mask: torch.Tensor) -> ScriptedEnc:
         return ScriptedEnc(torch.arange(src.size(0)))
 
-    def new_cache(self) -> ScriptedCache:
-        return ScriptedCache()
+    def new_cache(self, beams_per_sentence: int | None = None) -> ScriptedCache:
+        return ScriptedCache(beams_per_sentence)
 
     def decode(self, tgt_in: torch.Tensor, enc: ScriptedEnc, cache: ScriptedCache | None = None) -> torch.Tensor:
-        assert cache is not None and tgt_in.shape == (enc.sent.numel(), 1)
+        assert cache is not None and tgt_in.size(1) == 1
         self.batch_sizes.append(tgt_in.size(0))
+        beams = tgt_in.size(0) // enc.sent.numel()  # rows per encoder row: 1, or the beams of a sentence
+        assert beams * enc.sent.numel() == tgt_in.size(0) and (beams == 1 or cache.beams_per_sentence == beams)
+        rows_sent = enc.sent.repeat_interleave(beams)  # (N,) the sentence of each row, by the encoder output
         if cache.prefixes is None:
-            cache.prefixes, cache.sent = [() for _ in range(tgt_in.size(0))], enc.sent.clone()
-        assert torch.equal(cache.sent, enc.sent), "cache and encoder output rows disagree"
+            cache.prefixes, cache.sent = [() for _ in range(tgt_in.size(0))], rows_sent
+        assert torch.equal(cache.sent, rows_sent), "cache and encoder output rows disagree"
         logits = torch.full((tgt_in.size(0), 1, V), -math.inf)
         for row, tok in enumerate(tgt_in[:, 0].tolist()):
             prefix = () if tok == BOS_ID else (*cache.prefixes[row], tok)
             cache.prefixes[row] = prefix
-            probs = self.tables[int(enc.sent[row])].get(prefix, self.default)
+            probs = self.tables[int(rows_sent[row])].get(prefix, self.default)
             for t, p in probs.items():
                 logits[row, 0, t] = math.log(p)
         return logits
@@ -108,7 +115,10 @@ LIMITED: Table = {
 
 
 def cfg_of(**overrides) -> DecodeConfig:
-    base = DecodeConfig(beam_size=2, nbest=1, length_penalty="none", alpha=0.0, max_len_a=0.0, max_len_b=10)
+    """Beam 2, no penalty, 10 pieces at most; EOS allowed at step 0 (the tables above use it)."""
+    base = DecodeConfig(
+        beam_size=2, nbest=1, length_penalty="none", alpha=0.0, max_len_a=0.0, max_len_b=10, min_len=0
+    )
     return replace(base, **overrides)
 
 
@@ -135,9 +145,10 @@ def lp(name: str, alpha: float, length: int) -> float:
     ],
 )
 def test_beam_hand_worked_nbest(name: str, alpha: float, order: list[list[int]]) -> None:
+    # the steps worked by hand above follow rule topk_eos (see test_decode_stopping for exact)
     model = ScriptedModel([HAND])
     src, mask = source([3])
-    (nbest,) = beam_search(model, src, mask, cfg_of(nbest=2, length_penalty=name, alpha=alpha))
+    (nbest,) = beam_search(model, src, mask, cfg_of(nbest=2, length_penalty=name, alpha=alpha, stopping="topk_eos"))
     logprob = {(A,): math.log(0.3), (B, A): math.log(0.18)}
     assert [h.tokens for h in nbest] == order
     for h in nbest:
@@ -156,10 +167,11 @@ def test_finished_hypotheses_do_not_starve_the_beam() -> None:
     assert [h.logprob for h in nbest] == pytest.approx([math.log(0.3), math.log(0.1125)], abs=1e-6)
 
 
-def test_beam_stops_when_the_top_candidate_is_eos() -> None:
+@pytest.mark.parametrize("stopping", ["topk_eos", "exact"])  # without a penalty the bound stops here too
+def test_beam_stops_when_the_top_candidate_is_eos(stopping: str) -> None:
     model = ScriptedModel([EARLY])
     src, mask = source([3])
-    (nbest,) = beam_search(model, src, mask, cfg_of())
+    (nbest,) = beam_search(model, src, mask, cfg_of(stopping=stopping))
     assert [h.tokens for h in nbest] == [[]]
     assert nbest[0].score == pytest.approx(math.log(0.7), abs=1e-6)
     assert model.batch_sizes == [1]  # log .7 > log .2 (best live): no second step
@@ -237,9 +249,12 @@ def test_pad_and_bos_are_never_generated_but_unk_is() -> None:
         assert nbest[0].logprob == pytest.approx(math.log(0.15), abs=1e-6)
 
 
-@pytest.mark.parametrize(("name", "alpha"), [("none", 0.0), ("gnmt", 0.6), ("length", -0.5)])
-def test_beam_one_is_greedy_on_scripted_tables(name: str, alpha: float) -> None:
-    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha, max_len_a=1.0, max_len_b=0)
+@pytest.mark.parametrize(
+    ("name", "alpha", "stopping"),
+    [("none", 0.0, "exact"), ("none", 0.0, "topk_eos"), ("gnmt", 0.6, "topk_eos"), ("length", -0.5, "topk_eos")],
+)
+def test_beam_one_is_greedy_on_scripted_tables(name: str, alpha: float, stopping: str) -> None:
+    cfg = cfg_of(beam_size=1, length_penalty=name, alpha=alpha, max_len_a=1.0, max_len_b=0, stopping=stopping)
     src, mask = source([2, 1, 5])
     tables = [LIMITED, EARLY, HAND]
     greedy_model, beam_model = ScriptedModel(tables), ScriptedModel(tables)
@@ -253,6 +268,11 @@ def test_invalid_settings_fail_fast() -> None:
         beam_search(ScriptedModel([HAND]), src, mask, cfg_of(nbest=3))
     with pytest.raises(ValueError, match="length penalty"):
         beam_search(ScriptedModel([HAND]), src, mask, cfg_of(length_penalty="wu"))
+    with pytest.raises(ValueError, match="decode.stopping='first'"):
+        beam_search(ScriptedModel([HAND]), src, mask, cfg_of(stopping="first"))
+    for search in (beam_search, greedy_search):
+        with pytest.raises(ValueError, match="decode.min_len must be >= 0"):
+            search(ScriptedModel([HAND]), src, mask, cfg_of(min_len=-1))
 
 
 @pytest.mark.parametrize("vocab", [8000, 8003, 40])

@@ -43,8 +43,8 @@ class Recording(torch.nn.Module):
         self.src_shapes.append(tuple(src.shape))
         return self.inner.encode(src, src_pad_mask)
 
-    def new_cache(self):
-        return self.inner.new_cache()
+    def new_cache(self, beams_per_sentence=None):
+        return self.inner.new_cache(beams_per_sentence)
 
     def decode(self, tgt_in, enc, cache=None):
         assert not self.training, "decoding must run in eval mode"

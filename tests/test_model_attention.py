@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mt.model import LayerCache, MultiHeadAttention, attention, causal_mask
+from mt.model import DecoderCache, EncoderOut, MultiHeadAttention, attention, causal_mask
 
 Q = [[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]]
 K = [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]
@@ -107,11 +107,16 @@ def test_multi_head_attention_cache_grows_self_and_fills_cross_once() -> None:
     self_attn = MultiHeadAttention(16, 4, self_attention=True).eval()
     cross_attn = MultiHeadAttention(16, 4, self_attention=False).eval()
     x, memory = torch.randn(2, 4, 16), torch.randn(2, 9, 16)
-    cache = LayerCache()
-    steps = [self_attn(x[:, t : t + 1], is_causal=True, cache=cache) for t in range(4)]
-    assert cache.self_k is not None and cache.self_k.shape == (2, 4, 4, 4)
+    cache = DecoderCache(n_layers=1)
+    enc = EncoderOut(memory, torch.zeros(2, 9, dtype=torch.bool))
+    steps = []
+    for t in range(4):
+        (layer,) = cache.start_call(2, 1, enc, x.dtype)
+        steps.append(self_attn(x[:, t : t + 1], is_causal=True, cache=layer))
+    kv = cache.layers[0]
+    assert kv.self_attn.length == 4 and kv.self_attn.view()[0].shape == (2, 4, 4, 4)
     assert torch.allclose(torch.cat(steps, dim=1), self_attn(x, is_causal=True), atol=1e-6)
-    first = cross_attn(x[:, :1], memory, cache=cache)
-    assert cache.cross_k is not None and cache.cross_k.shape == (2, 4, 9, 4)
-    again = cross_attn(x[:, :1], None, cache=cache)  # memory is not read once the cache is filled
+    first = cross_attn(x[:, :1], memory, cache=layer)
+    assert kv.cross_k is not None and kv.cross_k.shape == (2, 4, 9, 4)
+    again = cross_attn(x[:, :1], None, cache=layer)  # memory is not read once the cache is filled
     assert torch.equal(first, again)

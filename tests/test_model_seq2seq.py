@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mt.config import ModelConfig
-from mt.model import DecoderCache, EncoderLayer, EncoderOut, Seq2SeqTransformer, build_model
+from mt.model import BeamCache, DecoderCache, EncoderLayer, EncoderOut, Seq2SeqTransformer, build_model
 
 PAD, BOS, EOS, VOCAB = 0, 2, 3, 48
 
@@ -83,7 +83,7 @@ def test_encoder_layer_is_permutation_equivariant_without_positions() -> None:
 
 
 def decode_steps(
-    model: Seq2SeqTransformer, tgt: torch.Tensor, enc: EncoderOut, cache: DecoderCache, steps: range
+    model: Seq2SeqTransformer, tgt: torch.Tensor, enc: EncoderOut, cache: DecoderCache | BeamCache, steps: range
 ) -> torch.Tensor:
     return torch.cat([model.decode(tgt[:, t : t + 1], enc, cache) for t in steps], dim=1)
 
@@ -114,8 +114,7 @@ def test_incremental_decoding_equals_full_forward_also_after_reorder(pre_ln: boo
     rows = permutation[keep]
     assert cache.src_pad_mask is not None and torch.equal(cache.src_pad_mask, src_mask[rows])
     step = decode_steps(model, tgt[rows], enc, cache, range(5, 9))
-    assert cache.length == 9 and cache.layers[0].self_k is not None
-    assert cache.layers[0].self_k.shape == (3, 4, 9, 8)
+    assert cache.length == 9 and cache.layers[0].self_attn.view()[0].shape == (3, 4, 9, 8)
     assert torch.allclose(step, full[rows, 5:9], atol=1e-5)
 
 
@@ -172,121 +171,50 @@ def test_bf16_model_gives_bf16_logits() -> None:
     assert full.dtype == torch.bfloat16 and torch.isfinite(full).all()
 
 
-def test_copies_of_a_sentence_share_one_source_kv_through_reorders() -> None:
+def test_plain_cache_follows_any_reorder_also_mixing_sentences() -> None:
+    """Rows of the plain cache are independent: beams swapping, sentences leaving, rows of different
+    sentences mixed (which a BeamCache refuses) all decode as without a cache."""
     model = tiny_model()
     src, src_mask = random_batch([5, 9, 4])
     tgt, _ = random_batch([6, 6, 6], bos=True)  # T = 8
     beams = 3
     enc = model.encode(src, src_mask).reorder(torch.arange(3).repeat_interleave(beams))  # rows 0 0 0 1 1 1 2 2 2
-    assert enc.copies_per_group() == beams
     tgt = tgt.repeat_interleave(beams, dim=0)  # (9, T)
-    full = model.decode(tgt, enc)  # (9, T, V), no cache: one source row per decoder row
+    full = model.decode(tgt, enc)  # (9, T, V)
     cache = model.new_cache()
     decode_steps(model, tgt, enc, cache, range(2))
-    cross_k = cache.layers[0].cross_k
-    assert cache.group == beams and cross_k is not None and cross_k.size(0) == 3  # once per sentence
+    assert cache.layers[0].cross_k is not None and cache.layers[0].cross_k.size(0) == 9  # one per row
 
-    within = torch.tensor([2, 2, 0, 4, 3, 3, 8, 6, 7])  # each row keeps its sentence: the beams of beam search
-    cache.reorder(within)
-    assert cache.layers[0].cross_k is cross_k  # no copy of the source K/V
-    step = decode_steps(model, tgt[within], enc, cache, range(2, 4))
-    assert torch.allclose(step, full[within, 2:4], atol=1e-5)
-
-    drop = torch.tensor([1, 1, 0, 8, 6, 7])  # the middle sentence finished: its group leaves
-    cache.reorder(drop)
-    rows = within[drop]
-    assert cache.group == beams and cache.layers[0].cross_k.size(0) == 2
-    assert torch.equal(cache.src_pad_mask, src_mask[[0, 2]])
-    step = decode_steps(model, tgt[rows], enc, cache, range(4, 6))
-    assert torch.allclose(step, full[rows, 4:6], atol=1e-5)
-
-    across = torch.tensor([5, 0])  # rows that no longer form groups: one source row per row
-    cache.reorder(across)
-    rows = rows[across]
-    assert cache.group == 1 and cache.layers[0].cross_k.size(0) == 2
+    rows = torch.arange(9)
+    for index in ([2, 2, 0, 4, 3, 3, 8, 6, 7], [1, 1, 0, 8, 6, 7], [5, 0]):  # within, drop a sentence, mix
+        index = torch.tensor(index)
+        cache.reorder(index)
+        enc.reorder(index)
+        rows = rows[index]
+        start = cache.length
+        step = decode_steps(model, tgt[rows], enc, cache, range(start, start + 2))
+        assert torch.allclose(step, full[rows, start : start + 2], atol=1e-5)
+    assert cache.layers[0].cross_k.size(0) == 2
+    assert torch.equal(cache.src_pad_mask, src_mask[rows // beams])
     assert torch.equal(cache.src_pad_mask, src_mask[[2, 0]])
-    step = decode_steps(model, tgt[rows], enc, cache, range(6, 8))
-    assert torch.allclose(step, full[rows, 6:8], atol=1e-5)
 
 
-def test_fanning_rows_out_into_runs_groups_them_without_copying_the_source_kv() -> None:
-    model = tiny_model()
-    src, src_mask = random_batch([5, 9])
-    tgt, _ = random_batch([6, 6], bos=True)  # T = 7
-    enc = model.encode(src, src_mask)  # one row per sentence, as beam search's step 0
-    full = model.decode(tgt, enc)
-    cache = model.new_cache()
-    decode_steps(model, tgt, enc, cache, range(1))
-    cross_k = cache.layers[0].cross_k
-    fan_out = torch.arange(2).repeat_interleave(4)  # 0 0 0 0 1 1 1 1: four beams a sentence
-    cache.reorder(fan_out)
-    enc.reorder(fan_out)
-    assert cache.group == 4 and cache.layers[0].cross_k is cross_k
-    step = decode_steps(model, tgt[fan_out], enc, cache, range(1, 7))
-    assert torch.allclose(step, full[fan_out, 1:7], atol=1e-5)
-
-
-def test_copies_per_group_needs_equal_consecutive_runs() -> None:
+def test_plain_cache_rejects_rows_that_disagree_and_indices_out_of_range() -> None:
     model = tiny_model()
     src, src_mask = random_batch([5, 9, 4])
-    enc = model.encode(src, src_mask)
-    assert enc.copies_per_group() == 1
-    assert enc.reorder(torch.tensor([0, 0, 1, 1, 2])).copies_per_group() == 1  # 5 rows, runs of 2
-    enc = model.encode(src, src_mask).reorder(torch.tensor([0, 0, 1, 2]))  # unequal runs
-    assert enc.copies_per_group() == 1
-
-
-def test_grouped_attention_equals_attention_over_repeated_keys() -> None:
-    from mt.model.attention import attention, grouped_attention
-
-    torch.manual_seed(0)
-    q = torch.randn(6, 2, 3, 4)  # 2 groups of 3 rows, T = 3
-    k, v = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
-    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]  # (2, 1, 1, 5)
-    expected, _ = attention(q, k.repeat_interleave(3, 0), v.repeat_interleave(3, 0), mask.repeat_interleave(3, 0))
-    assert torch.allclose(grouped_attention(q, k, v, mask), expected, atol=1e-6)
-    with pytest.raises(ValueError, match="groups"):
-        grouped_attention(q[:5], k, v, mask)
-
-
-@torch.inference_mode()
-def test_beam_reorders_copy_no_stored_keys_and_dropped_groups_are_filled_in_place() -> None:
-    """Beams swapping within a sentence only change the slot table; a finished sentence's place is
-    taken by the last one (beam search's order), copying that one alone; chunks of T > 1 still work."""
-    model = tiny_model().eval()
-    beams = 4
-    src, src_mask = random_batch([5, 9, 4])
-    tgt, _ = random_batch([8, 8, 8], bos=True)  # T = 9
-    enc = model.encode(src, src_mask).reorder(torch.arange(3).repeat_interleave(beams))
-    tgt = tgt.repeat_interleave(beams, dim=0)  # (12, T)
-    full = model.decode(tgt, enc)
-    cache = model.new_cache()
-    decode_steps(model, tgt, enc, cache, range(3))
-    keys = cache.layers[0]._keys
-    assert keys is not None and cache.group == beams
-
-    within = torch.tensor([3, 3, 0, 1, 6, 4, 4, 5, 11, 11, 11, 8])
-    cache.reorder(within)
-    assert cache.layers[0]._keys is keys  # nothing copied
-    step = model.decode(tgt[within, 3:5], enc, cache)  # two tokens in one call
-    assert torch.allclose(step, full[within, 3:5], atol=1e-5)
-
-    drop = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])  # sentence 1 finished, sentence 2 takes its place
-    cache.reorder(drop)
-    rows = within[drop]
-    assert cache.layers[0]._keys.data_ptr() == keys.data_ptr()  # filled in place
-    assert torch.equal(cache.src_pad_mask, src_mask[[0, 2]])
-    step = decode_steps(model, tgt[rows], enc, cache, range(5, 9))
-    assert torch.allclose(step, full[rows, 5:9], atol=1e-5)
-
-
-def test_take_rows_equals_index_select() -> None:
-    from mt.model.cache import take_rows
-
-    for index in ([0, 4, 2, 3], [0, 1, 2], [3, 3, 1, 0], [4, 3, 2, 1, 0], [0, 0, 1, 1, 2, 2]):
-        store = torch.arange(5 * 3).view(5, 3).float()
-        expected = store.index_select(0, torch.tensor(index))
-        assert torch.equal(take_rows(store, torch.tensor(index)), expected)
-        store = torch.arange(5 * 3).view(5, 3).float()
-        taken = take_rows(store, torch.tensor(index), steps=2)  # only the first 2 columns are valid
-        assert torch.equal(taken[:, :2], expected[:, :2])
+    tgt, _ = random_batch([6, 6, 6], bos=True)
+    enc, cache = model.encode(src, src_mask), model.new_cache()
+    model.decode(tgt[:, :1], enc, cache)
+    with pytest.raises(ValueError, match="out of range"):
+        cache.reorder(torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match="out of range"):
+        cache.reorder(torch.tensor([-1, 0]))
+    with pytest.raises(ValueError, match="1-D integer"):
+        cache.reorder(torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="out of range"):
+        enc.reorder(torch.tensor([3]))
+    cache.reorder(torch.tensor([2, 0]))  # the encoder output was not reordered with it
+    with pytest.raises(ValueError, match="reorder the cache and the encoder output"):
+        model.decode(tgt[[2, 0], 1:2], enc, cache)
+    enc.reorder(torch.tensor([2, 0]))
+    assert model.decode(tgt[[2, 0], 1:2], enc, cache).shape == (2, 1, VOCAB)

@@ -4,8 +4,8 @@ Layout: the B' sentences still being decoded each own K consecutive rows, so eve
 (B'*K, ...) and row ``i * K + k`` is beam k of active sentence i. One step:
 
 1. ``model.decode`` the last token of every row with the cache -> logits (B'*K, V); log-probs are
-   the float32 ``log_softmax`` over all ids, PAD/BOS banned afterwards, only EOS allowed once a
-   sentence reaches its maximum length.
+   the float32 ``log_softmax`` over all ids, PAD/BOS banned afterwards, EOS banned before
+   ``min_len`` pieces, only EOS allowed once a sentence reaches its maximum length.
 2. Candidates: cumulative log-prob of each beam plus each next token, (B', K*V); keep the best 2K
    (computed from each beam's own best 2K tokens, which hold them all).
    At step 0 the K beams would all be the same ``[BOS]`` prefix, so step 0 decodes one row per
@@ -14,35 +14,15 @@ Layout: the B' sentences still being decoded each own K consecutive rows, so eve
    entered the beam either); the live beam is the best K candidates that are *not* EOS. A beam has
    at most K EOS candidates (one per beam), so the 2K candidates always hold K live ones: finished
    hypotheses never starve the beam (fairseq's ``cand_size = 2 * beam``).
-4. Sentences that are done leave the batch; one index (surviving sentences x parent beams) reorders
-   the token history and, in exactly one place, the decoder cache.
+4. Sentences that are done leave the batch (the encoder output, one row per sentence, drops them);
+   one index (surviving sentences x parent beams) reorders the token history and, in exactly one
+   place, the decoder cache, a ``BeamCache`` (``mt.model.beam_cache``: the beams of a sentence share
+   its source K/V and one self-attention store, so that reorder moves few keys).
 
-Scores: ``score = logprob / lp(|Y|)`` with |Y| = pieces + EOS (``mt.decode.length_penalty``).
-
-Stopping rule, per sentence. It is done as soon as one of these holds:
-
-(a) it reached its maximum length (only EOS was allowed, every live beam finished);
-(b) the best candidate of the step (rank 0 of the 2K, by cumulative log-prob) is EOS and at least
-    ``nbest`` hypotheses are finished (OpenNMT-py's "top beam finished" rule; with ``beam_size = 1``
-    this is exactly greedy search: decoding stops the first time EOS is the best token);
-(c) its ``nbest``-th best finished score cannot be beaten by any continuation of a live beam.
-
-Why not fairseq's "stop once ``beam_size`` hypotheses are finished": EOS candidates of *poor* beams
-also rank in the top K when the model is confident (with label smoothing every non-target token
-gets about the same small probability, so the runners-up of a sentence sit close together, EOS among
-them). Counting those, a sentence could stop with K junk hypotheses before its best one ended; this
-was caught on the number-words demo (greedy 99.8 BLEU, fairseq's rule 92.1). Finished hypotheses
-are still collected from the top K (an EOS ranked below K would not have entered the beam either),
-and the K best by score are kept.
-
-The bound for (c): a live beam with cumulative log-prob ``s <= 0`` after ``t`` pieces can only end
-with a log-prob ``<= s`` (log-probs are <= 0) and a length L in ``[t + 1, max_len + 1]`` (EOS
-counted), so its final score is ``<= s / lp(L) <= s / max_L lp(L)``. Both penalties are monotone in L,
-so ``max_L lp(L)`` is ``lp(max_len + 1)`` for ``alpha >= 0`` (the denominator can still grow, which
-makes the bound loose and (c) rare: only the longest reachable length is safe) and ``lp(t + 1)`` for
-``alpha < 0`` (the penalty only shrinks; for ``none`` it is 1 and the bound is simply ``s``). Since
-the beam is sorted, the best live ``s`` bounds them all. (c) never changes the output relative to
-(a) + (b); it only saves steps, e.g. when the best hypothesis is far ahead of the live ones.
+Scores: ``score = logprob / lp(|Y|)`` with |Y| = pieces + EOS (``mt.decode.length_penalty``). When a
+sentence is done: ``mt.decode.stopping`` (``cfg.stopping``: ``topk_eos``, the default, also stops when
+the best candidate is EOS; ``exact`` only when no live beam can still beat the n-best under the
+penalised score; ``fairseq``).
 """
 
 from __future__ import annotations
@@ -55,62 +35,37 @@ from mt.config import DecodeConfig
 from mt.decode.common import (
     EOS_ID,
     NEG_INF,
+    PAD_ID,
     DecodableModel,
     Hypothesis,
     ban_,
+    ban_eos_,
     fill_from_the_end,
     force_eos_,
     max_output_lengths,
+    min_output_lengths,
+    rows_below,
     start_tokens,
     topk_rows,
 )
-from mt.decode.length_penalty import check_penalty, length_penalty_scalar
-
-
-class _Finished:
-    """Per-sentence finished hypotheses (Python bookkeeping, as in fairseq's ``finalize_hypos``)."""
-
-    def __init__(self, n_sentences: int, cfg: DecodeConfig, max_len: list[int]) -> None:
-        self.hyps: list[list[Hypothesis]] = [[] for _ in range(n_sentences)]
-        self.cfg = cfg
-        self.max_len = max_len
-
-    def add(self, sent: int, tokens: list[int], logprob: float) -> None:
-        """Record ``tokens`` (pieces, no EOS) ended by EOS, keeping the sentence's K best by score."""
-        lp = length_penalty_scalar(len(tokens) + 1, self.cfg.length_penalty, self.cfg.alpha)
-        hyps = self.hyps[sent]
-        hyps.append(Hypothesis(tokens, logprob / lp, logprob))
-        if len(hyps) > self.cfg.beam_size:
-            hyps.remove(min(hyps, key=lambda h: h.score))
-
-    def is_done(self, sent: int, step: int, best_live: float, top_is_eos: bool) -> bool:
-        """The stopping rule (a)-(c) of the module docstring, after ``step`` (0-based) was decoded."""
-        hyps, cfg = self.hyps[sent], self.cfg
-        if step >= self.max_len[sent] or best_live == NEG_INF:
-            return True
-        if len(hyps) < cfg.nbest:
-            return False
-        if top_is_eos:
-            return True
-        nth_best = sorted((h.score for h in hyps), reverse=True)[cfg.nbest - 1]
-        # live beams hold step + 1 pieces, so they end with a length in [step + 2, max_len + 1]; lp is
-        # monotone, so its largest value over that range is at one of the two ends
-        ends = (step + 2, self.max_len[sent] + 1)
-        best_lp = max(length_penalty_scalar(n, cfg.length_penalty, cfg.alpha) for n in ends)
-        return nth_best >= best_live / best_lp
-
-    def nbest(self, sent: int) -> list[Hypothesis]:
-        return sorted(self.hyps[sent], key=lambda h: h.score, reverse=True)[: self.cfg.nbest]
+from mt.decode.length_penalty import check_penalty
+from mt.decode.stopping import Finished
 
 
 def _select_candidates(
-    scores: Tensor, logits: Tensor, beam: int, vocab_size: int | None, at_limit: Tensor | None
+    scores: Tensor,
+    logits: Tensor,
+    beam: int,
+    vocab_size: int | None,
+    at_limit: Tensor | None,
+    too_short: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Top 2K continuations per sentence.
 
     scores (B', r) cumulative log-probs of each sentence's r rows (r = 1 at step 0, else K), logits
-    (B'*r, V) of the step, at_limit (B'*r,) bool rows that may only end (or None)
-    -> (cand_scores, cand_row, cand_tok), each (B', 2K), best first; cand_row in [0, r).
+    (B'*r, V) of the step, at_limit (B'*r,) bool rows that may only end, too_short (B'*r,) bool rows
+    that may not end yet (each or None) -> (cand_scores, cand_row, cand_tok), each (B', 2K), best
+    first; cand_row in [0, r).
 
     Every one of a sentence's top 2K candidates is among its own row's top 2K tokens, so each row is
     cut to its top 2K first (``topk_rows``): the final top-k runs over 2K*r values instead of r*V.
@@ -119,11 +74,17 @@ def _select_candidates(
     lprobs = ban_(F.log_softmax(logits.float(), dim=-1), vocab_size)  # (B'*r, V), normalised over every id
     if at_limit is not None:
         force_eos_(lprobs, at_limit)
+    if too_short is not None:
+        ban_eos_(lprobs, too_short)
     k2 = min(2 * beam, lprobs.size(-1))
     top_lprobs, top_tok = topk_rows(lprobs, k2)  # (B'*r, 2K)
     cand = (scores.view(-1, 1) + top_lprobs).view(n, rows * k2)  # (B', r*2K)
-    cand_scores, pos = cand.topk(min(2 * beam, rows * k2), dim=1)  # (B', 2K)
-    return cand_scores, pos // k2, top_tok.view(n, rows * k2).gather(1, pos)
+    cand_tok = top_tok.view(n, rows * k2)
+    if rows * k2 < 2 * beam:  # a vocabulary smaller than 2K: the missing candidates are dead ones
+        cand = F.pad(cand, (0, 2 * beam - rows * k2), value=NEG_INF)
+        cand_tok = F.pad(cand_tok, (0, 2 * beam - rows * k2), value=PAD_ID)
+    cand_scores, pos = cand.topk(2 * beam, dim=1)  # (B', 2K)
+    return cand_scores, (pos // k2).clamp_(max=rows - 1), cand_tok.gather(1, pos)
 
 
 def _live_positions(cand_tok: Tensor, beam: int) -> Tensor:
@@ -134,7 +95,7 @@ def _live_positions(cand_tok: Tensor, beam: int) -> Tensor:
 
 
 def _finalize(
-    finished: _Finished,
+    finished: Finished,
     active: list[int],
     tokens: Tensor,
     cand_scores: Tensor,
@@ -166,20 +127,24 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """n-best lists (best first, ``cfg.nbest`` each) for src (B, S) with src_pad_mask (B, S).
 
-    Uses ``cfg.beam_size``, ``nbest``, ``length_penalty``, ``alpha``, ``max_len_a``, ``max_len_b``;
-    ``max_positions`` (the model's position limit) caps the output length; ids ``>= vocab_size`` (the
-    tokenizer's size) are never generated. See the module docstring
-    for the algorithm and the stopping rule.
+    Uses ``cfg.beam_size``, ``nbest``, ``length_penalty``, ``alpha``, ``max_len_a``, ``max_len_b``,
+    ``min_len``, ``stopping``; ``max_positions`` (the model's position limit) caps the output length;
+    ids ``>= vocab_size`` (the tokenizer's size) are never generated. The algorithm: the module
+    docstring; the stopping rules: ``mt.decode.stopping``.
     """
     check_penalty(cfg.length_penalty)
     if not 1 <= cfg.nbest <= cfg.beam_size:
         raise ValueError(f"need 1 <= nbest <= beam_size, got nbest={cfg.nbest}, beam_size={cfg.beam_size}")
     beam, n_sent, device = cfg.beam_size, src.size(0), src.device
-    max_len = max_output_lengths(src_pad_mask, cfg, max_positions)
-    finished = _Finished(n_sent, cfg, max_len)
+    max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
+    min_len = min_output_lengths(cfg.min_len, max_len)
+    finished = Finished(
+        max_len, min_len, beam=beam, nbest=cfg.nbest, penalty=cfg.length_penalty, alpha=cfg.alpha,
+        stopping=cfg.stopping,
+    )
 
-    enc = model.encode(src, src_pad_mask)  # (B, S, D): step 0 decodes one row per sentence
-    cache = model.new_cache()
+    enc = model.encode(src, src_pad_mask)  # (B', S, D): one row per sentence, throughout
+    cache = model.new_cache(beams_per_sentence=beam)  # step 0 decodes one row per sentence, then K
     active = list(range(n_sent))  # original sentence of each group of rows
     tokens = start_tokens(n_sent, device)  # (B'*r, t + 1) with BOS first; r = rows per sentence
     scores = torch.zeros(n_sent, 1, device=device)  # (B', r): at step 0 the K beams would be copies
@@ -190,7 +155,8 @@ def beam_search(
         at_limit = None
         if step >= min(max_len[s] for s in active):
             at_limit = torch.tensor([step >= max_len[s] for s in active], device=device).repeat_interleave(rows)
-        cand_scores, cand_beam, cand_tok = _select_candidates(scores, logits, beam, vocab_size, at_limit)
+        too_short = rows_below(step, [min_len[s] for s in active], rows, device)
+        cand_scores, cand_beam, cand_tok = _select_candidates(scores, logits, beam, vocab_size, at_limit, too_short)
         _finalize(finished, active, tokens, cand_scores, cand_beam, cand_tok, beam, rows)
 
         live = _live_positions(cand_tok, beam)  # (B', K)
@@ -211,9 +177,8 @@ def beam_search(
             keep = torch.tensor(kept, device=device)  # (B'',)
             active = [active[i] for i in kept]
             scores, parents, new_tok = scores[keep], parents[keep], new_tok[keep]
+            enc.reorder(keep)  # the encoder output holds sentences, not beams
         index = parents.view(-1)  # (B''*K,) rows of the current batch to continue from
-        if rows != beam or any(done):  # the rows' sentences changed: the encoder output follows
-            enc.reorder(index)  # (within a sentence every row has the same encoder output)
         cache.reorder(index)  # the one place the cache follows the beams
         tokens = torch.cat([tokens.index_select(0, index), new_tok.view(-1, 1)], dim=1)  # (B''*K, t + 2)
 

@@ -4,9 +4,11 @@ Conventions (docs/ARCHITECTURE.md): the source is ``pieces + [EOS]`` padded with
 from ``[BOS]`` and stops at ``EOS``. B sentences, K beams, V target vocabulary.
 
 Maximum output length: ``max_len = floor(a * |src| + b)`` pieces, where ``|src|`` is the number of
-source pieces *without* its EOS and ``a, b = cfg.max_len_a, cfg.max_len_b``; it is at least 1 and at
-most ``max_positions - 1`` (the decoder input ``[BOS] + pieces`` must fit the model's positions). A
-hypothesis holds at most ``max_len`` pieces: at step ``max_len`` only EOS is allowed.
+source pieces *without* its EOS and ``a, b = max_len_a, max_len_b`` (``DecodeConfig``); it is at least
+1 and at most ``max_positions - 1`` (the decoder input ``[BOS] + pieces`` must fit the model's
+positions). A hypothesis holds at most ``max_len`` pieces: at step ``max_len`` only EOS is allowed.
+Minimum: EOS is banned before ``min_len`` pieces (default 1: a non-empty source never gets an empty
+output), never past ``max_len``.
 
 Scores: log-probs are taken in float32 (``log_softmax`` of the float32 logits); PAD, BOS and the
 embedding's padding ids (``>= vocab_size`` when the search is given the tokenizer's size) are never
@@ -24,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mt.config import DecodeConfig
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -math.inf
@@ -48,7 +49,9 @@ class DecodableModel(Protocol):
 
     def encode(self, src: Tensor, src_pad_mask: Tensor) -> Reorderable: ...
 
-    def new_cache(self) -> Reorderable: ...
+    def new_cache(self, beams_per_sentence: int | None = None) -> Reorderable:
+        """A plain cache (None: one source row per decoder row) or beam search's (``BeamCache``)."""
+        ...
 
     def decode(self, tgt_in: Tensor, enc: Reorderable, cache: Reorderable | None = None) -> Tensor: ...
 
@@ -59,16 +62,32 @@ def source_lengths(src_pad_mask: Tensor) -> Tensor:
 
 
 def max_output_lengths(
-    src_pad_mask: Tensor, cfg: DecodeConfig, max_positions: int | None = None
+    src_pad_mask: Tensor, max_len_a: float, max_len_b: int, max_positions: int | None = None
 ) -> list[int]:
     """``floor(a * |src| + b)`` per sentence, clamped to ``[1, max_positions - 1]`` (see module doc)."""
     limits = []
     for n in source_lengths(src_pad_mask).tolist():
-        limit = max(1, math.floor(cfg.max_len_a * n + cfg.max_len_b))
+        limit = max(1, math.floor(max_len_a * n + max_len_b))
         if max_positions is not None:
             limit = min(limit, max_positions - 1)
         limits.append(limit)
     return limits
+
+
+def min_output_lengths(min_len: int, max_len: list[int]) -> list[int]:
+    """Pieces before EOS is allowed, per sentence: ``min_len`` (``DecodeConfig.min_len``), but never past
+    the sentence's ``max_len`` (where only EOS is allowed)."""
+    if min_len < 0:
+        raise ValueError(f"decode.min_len must be >= 0, got {min_len}")
+    return [min(min_len, limit) for limit in max_len]
+
+
+def rows_below(step: int, limits: list[int], rows: int, device: torch.device) -> Tensor | None:
+    """(B' * rows,) bool: the rows of sentences whose ``limits`` entry is above ``step`` (each sentence
+    owning ``rows`` consecutive rows), or None when there is none."""
+    if step >= max(limits, default=0):
+        return None
+    return torch.tensor([step < limit for limit in limits], device=device).repeat_interleave(rows)
 
 
 def ban_(scores: Tensor, vocab_size: int | None = None) -> Tensor:
@@ -114,11 +133,17 @@ def force_eos_(lprobs: Tensor, rows: Tensor) -> Tensor:
     return lprobs
 
 
+def ban_eos_(lprobs: Tensor, rows: Tensor) -> Tensor:
+    """In place: rows where ``rows`` (N,) bool is True may not produce EOS (not yet ``min_len`` pieces)."""
+    lprobs[:, EOS_ID].masked_fill_(rows, NEG_INF)
+    return lprobs
+
+
 def fill_from_the_end(done: list[bool]) -> list[int]:
     """The rows (sentences) to keep when those marked ``done`` leave a batch, in an order that moves
     few: each finished one's place is taken by the last unfinished one behind it (e.g. done =
     [F, T, F, F, T, F] -> [0, 5, 2, 3]), so the cache copies only the moved ones
-    (``mt.model.cache.take_rows``) instead of every one after a gap."""
+    (``mt.model.cache.select_rows_``) instead of every one after a gap."""
     kept = [i for i, d in enumerate(done) if not d]
     movers = iter(i for i in reversed(kept) if i >= len(kept))
     return [i if i < len(kept) and not done[i] else next(movers) for i in range(len(kept))]
@@ -138,10 +163,13 @@ __all__ = [
     "Hypothesis",
     "Reorderable",
     "ban_",
+    "ban_eos_",
     "fill_from_the_end",
     "force_eos_",
     "log_probs",
     "max_output_lengths",
+    "min_output_lengths",
+    "rows_below",
     "source_lengths",
     "start_tokens",
     "topk_rows",

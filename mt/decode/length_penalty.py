@@ -14,9 +14,6 @@ non-increasing for ``alpha < 0``; beam search relies on that for its stopping bo
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
-
 PENALTIES = ("gnmt", "length", "none")
 
 
@@ -26,21 +23,8 @@ def check_penalty(name: str) -> None:
         raise ValueError(f"unknown length penalty {name!r}; expected one of {', '.join(PENALTIES)}")
 
 
-def length_penalty(lengths: Tensor, name: str, alpha: float) -> Tensor:
-    """``lp(|Y|)`` for float or long ``lengths`` (any shape, EOS counted) -> float32, same shape."""
-    lengths = lengths.float()
-    if name == "gnmt":
-        return ((5.0 + lengths) / 6.0).pow(alpha)
-    if name == "length":
-        return lengths.pow(alpha)
-    if name == "none":
-        return torch.ones_like(lengths)
-    check_penalty(name)
-    raise AssertionError("unreachable")
-
-
-def length_penalty_scalar(length: int, name: str, alpha: float) -> float:
-    """``lp(length)`` as a Python float (for per-hypothesis bookkeeping)."""
+def length_penalty(length: int, name: str, alpha: float) -> float:
+    """``lp(length)``, ``length`` = |Y| with the EOS counted (>= 1)."""
     if name == "gnmt":
         return ((5.0 + length) / 6.0) ** alpha
     if name == "length":
@@ -49,8 +33,3 @@ def length_penalty_scalar(length: int, name: str, alpha: float) -> float:
         return 1.0
     check_penalty(name)
     raise AssertionError("unreachable")
-
-
-def normalized_score(logprob: float, length: int, name: str, alpha: float) -> float:
-    """``logprob / lp(length)``, the score beam search ranks finished hypotheses by."""
-    return logprob / length_penalty_scalar(length, name, alpha)

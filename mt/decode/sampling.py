@@ -14,8 +14,9 @@ import torch
 from torch import Tensor
 
 from mt.config import DecodeConfig
-from mt.decode.common import NEG_INF, DecodableModel, Hypothesis
-from mt.decode.greedy import decode_single_path
+from mt.decode.common import NEG_INF, DecodableModel, Hypothesis, max_output_lengths, min_output_lengths
+from mt.decode.greedy import Chooser, decode_single_path
+from mt.decode.length_penalty import check_penalty
 
 
 def filter_top_k(logits: Tensor, k: int) -> Tensor:
@@ -38,15 +39,15 @@ def filter_top_p(logits: Tensor, p: float) -> Tensor:
     return logits.masked_fill(drop, NEG_INF)
 
 
-def make_sampler(cfg: DecodeConfig, generator: torch.Generator):
+def make_sampler(temperature: float, top_k: int, top_p: float, generator: torch.Generator) -> Chooser:
     """A ``choose`` function for ``decode_single_path``: (B', V) log-probs -> (B',) drawn ids."""
-    if cfg.temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {cfg.temperature} (use strategy=greedy for argmax)")
-    if not 0.0 < cfg.top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {cfg.top_p}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature} (use strategy=greedy for argmax)")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
     def choose(lprobs: Tensor) -> Tensor:
-        logits = filter_top_p(filter_top_k(lprobs / cfg.temperature, cfg.top_k), cfg.top_p)  # (B', V)
+        logits = filter_top_p(filter_top_k(lprobs / temperature, top_k), top_p)  # (B', V)
         probs = logits.softmax(dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B',)
 
@@ -64,9 +65,16 @@ def sample(
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
 ) -> list[list[Hypothesis]]:
-    """One sampled output per sentence of src (B, S); ``generator`` defaults to one seeded with cfg.seed."""
+    """One sampled output per sentence of src (B, S); ``generator`` defaults to one seeded with cfg.seed.
+
+    Uses ``cfg.temperature``, ``top_k``, ``top_p``, ``seed`` and the limits and penalty as greedy does."""
     if generator is None:
         generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
+    choose = make_sampler(cfg.temperature, cfg.top_k, cfg.top_p, generator)
+    check_penalty(cfg.length_penalty)
+    max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
     return decode_single_path(
-        model, src, src_pad_mask, cfg, make_sampler(cfg, generator), max_positions, vocab_size
+        model, src, src_pad_mask, choose,
+        max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
+        penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size,
     )

@@ -23,6 +23,7 @@ from mt.data import batch_by_tokens
 from mt.decode.common import EOS_ID, PAD_ID, Hypothesis
 from mt.decode.length_penalty import check_penalty
 from mt.decode.search import check_strategy, rows_per_sentence, search
+from mt.decode.stopping import check_stopping
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Translator:
     ) -> None:
         check_strategy(cfg.strategy)
         check_penalty(cfg.length_penalty)
+        check_stopping(cfg.stopping)
         if cfg.on_too_long not in ("truncate", "reject"):
             raise ValueError(f"on_too_long must be truncate or reject, got {cfg.on_too_long!r}")
         self.model = model.to(device)

@@ -1,7 +1,8 @@
 """The Transformer encoder-decoder: ``build_model`` and what decoding needs (see docs/ARCHITECTURE.md)."""
 
-from mt.model.attention import MultiHeadAttention, attention, causal_mask
-from mt.model.cache import DecoderCache, EncoderOut, LayerCache
+from mt.model.attention import CachedKeys, MultiHeadAttention, attention, causal_mask, grouped_attention
+from mt.model.beam_cache import BeamCache
+from mt.model.cache import DecoderCache, DecodingState, EncoderOut, KVBuffer, LayerKV
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, sinusoid_table
 from mt.model.encoder import Encoder
@@ -9,14 +10,18 @@ from mt.model.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from mt.model.seq2seq import Seq2SeqTransformer, build_model
 
 __all__ = [
+    "BeamCache",
+    "CachedKeys",
     "Decoder",
     "DecoderCache",
     "DecoderLayer",
+    "DecodingState",
     "Encoder",
     "EncoderLayer",
     "EncoderOut",
     "FeedForward",
-    "LayerCache",
+    "KVBuffer",
+    "LayerKV",
     "LearnedPositions",
     "MultiHeadAttention",
     "Residual",
@@ -26,5 +31,6 @@ __all__ = [
     "attention",
     "build_model",
     "causal_mask",
+    "grouped_attention",
     "sinusoid_table",
 ]

@@ -16,14 +16,13 @@ masked weights exactly 0 in ordinary rows; PyTorch's SDPA returns zeros for such
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-if TYPE_CHECKING:  # the cache uses causal_mask from here
-    from mt.model.cache import LayerCache
 
 
 def causal_mask(queries: int, keys: int, device: torch.device | None = None) -> Tensor:
@@ -71,22 +70,58 @@ def attention(
     return out, weights
 
 
-def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
-    """Attention where each group of ``g`` consecutive query rows shares one row of keys and values.
+def grouped_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, group: int, dropout_p: float = 0.0
+) -> Tensor:
+    """Attention where each ``group`` consecutive query rows share one row of keys and values.
 
     q: (B*g, H, T, Dh); k, v: (B, H, S, Dh); mask broadcastable to (B, H, g*T, S), its query axis
     ordered (row in group, step) -> (B*g, H, T, Dh). The g rows' queries become g*T queries of their
     group's row, so the keys and values are read once per group instead of once per row (beam search:
-    the K beams of a sentence share its source, and their self-attention keys, see mt.model.cache).
+    the K beams of a sentence share its source and their self-attention keys, see mt.model.beam_cache).
     """
     rows, heads, length, head_dim = q.shape
     n_groups = k.size(0)
-    if rows % n_groups:
-        raise ValueError(f"{rows} query rows do not split into groups over {n_groups} key rows")
-    g = rows // n_groups
-    q = q.view(n_groups, g, heads, length, head_dim).transpose(1, 2).reshape(n_groups, heads, g * length, head_dim)
+    if rows != group * n_groups:
+        raise ValueError(f"{rows} query rows are not {n_groups} key rows x group {group}")
+    q = q.view(n_groups, group, heads, length, head_dim).transpose(1, 2)
+    q = q.reshape(n_groups, heads, group * length, head_dim)  # (B, H, g*T, Dh)
     out, _ = attention(q, k, v, mask, dropout_p=dropout_p)  # (B, H, g*T, Dh)
-    return out.view(n_groups, heads, g, length, head_dim).transpose(1, 2).reshape(rows, heads, length, head_dim)
+    return out.view(n_groups, heads, group, length, head_dim).transpose(1, 2).reshape(rows, heads, length, head_dim)
+
+
+@dataclass
+class CachedKeys:
+    """What one cached attention call attends to, as its cache lays it out.
+
+    ``k``, ``v`` (N / group, H, L, Dh): one row of keys per ``group`` consecutive query rows (1: one
+    per row; beam search's K beams of a sentence share one). ``mask``: additive, broadcastable to
+    (N / group, H, group * T, L), or None; ``is_causal``: bottom-right causal (see ``attention``).
+    """
+
+    k: Tensor
+    v: Tensor
+    mask: Tensor | None
+    is_causal: bool = False
+    group: int = 1
+
+    def attend(self, q: Tensor, dropout_p: float = 0.0) -> Tensor:
+        """q (N, H, T, Dh) -> (N, H, T, Dh)."""
+        if self.group == 1:
+            return attention(q, self.k, self.v, self.mask, is_causal=self.is_causal, dropout_p=dropout_p)[0]
+        return grouped_attention(q, self.k, self.v, self.mask, self.group, dropout_p=dropout_p)
+
+
+class AttentionCache(Protocol):
+    """One decoder layer's cache during one ``decode`` call (``DecoderCache.start_call`` makes them)."""
+
+    def self_kv(self, k: Tensor, v: Tensor) -> CachedKeys:
+        """Append this call's self-attention k, v (N, H, T, Dh); return everything to attend to."""
+        ...
+
+    def cross_kv(self, project: Callable[[], tuple[Tensor, Tensor]]) -> CachedKeys:
+        """The encoder-decoder keys and values, made by ``project()`` on the first call only."""
+        ...
 
 
 class MultiHeadAttention(nn.Module):
@@ -138,52 +173,47 @@ class MultiHeadAttention(nn.Module):
         *,
         mask: Tensor | None = None,
         is_causal: bool = False,
-        cache: LayerCache | None = None,
+        cache: AttentionCache | None = None,
     ) -> Tensor:
         """x: (B, T, D); memory: (B, S, D) for encoder-decoder attention -> (B, T, D).
 
-        With a ``cache``, self-attention appends this step's K/V to ``cache.self_k/self_v`` and attends
-        over all of them; encoder-decoder attention projects ``memory`` into ``cache.cross_k/cross_v``
-        on the first call and reuses them after (``memory`` is then not read).
+        With a ``cache`` (incremental decoding), ``mask`` and ``is_causal`` come from the cache:
+        self-attention appends this call's K/V and attends over all of them; encoder-decoder attention
+        projects ``memory`` on the first call only (later calls do not read it).
         """
-        q, k, v, slot_mask = self._project(x, memory, cache)
         p = self.dropout if self.training else 0.0
-        if slot_mask is not None:  # cached self-attention of row groups: each row reads its ancestors' keys
-            mask, is_causal = slot_mask, False
-        if q.size(0) != k.size(0):  # rows in groups that share K/V (beam search, see mt.model.cache)
-            out = grouped_attention(q, k, v, mask, dropout_p=p)
-        else:
+        if cache is None:
+            q, k, v = self._project(x, memory)
             out, _ = attention(q, k, v, mask, is_causal=is_causal, dropout_p=p)  # (B, H, T, Dh)
+        elif self.self_attention:
+            q, k, v = self._project(x, None)
+            out = cache.self_kv(k, v).attend(q, dropout_p=p)
+        else:
+            q = self._split_heads(self.q(x))
+            out = cache.cross_kv(lambda: self._project_memory(memory)).attend(q, dropout_p=p)
         return self.out(self._merge_heads(out))  # (B, T, D)
 
     def attention_weights(
         self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None, is_causal: bool = False
     ) -> Tensor:
         """The attention weights (B, H, T, S) for ``x`` (reference path, no cache)."""
-        q, k, v, _ = self._project(x, memory, None)
+        q, k, v = self._project(x, memory)
         _, weights = attention(q, k, v, mask, is_causal=is_causal, need_weights=True)
         assert weights is not None
         return weights
 
-    def _project(
-        self, x: Tensor, memory: Tensor | None, cache: LayerCache | None
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """Queries (B, H, T, Dh), keys and values (rows or groups, H, len, Dh), reading and updating the
-        cache, and the cache's slot mask for grouped self-attention (else None)."""
+    def _project(self, x: Tensor, memory: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries (B, H, T, Dh) from ``x``; keys and values (B, H, T or S, Dh) from ``x`` or ``memory``."""
         if self.self_attention:
             q, k, v = (self._split_heads(t) for t in self.qkv(x).split(self.d_model, dim=-1))
-            if cache is not None:
-                return q, *cache.append(k, v)  # (B / g, H, (t + T) * g, Dh) each, slot mask
-            return q, k, v, None
-        q = self._split_heads(self.q(x))
-        if cache is not None and cache.cross_k is not None and cache.cross_v is not None:
-            return q, cache.cross_k, cache.cross_v, None
+            return q, k, v
+        return self._split_heads(self.q(x)), *self._project_memory(memory)
+
+    def _project_memory(self, memory: Tensor | None) -> tuple[Tensor, Tensor]:
         if memory is None:
             raise ValueError("encoder-decoder attention needs `memory` (or a filled cache)")
         k, v = (self._split_heads(t) for t in self.kv(memory).split(self.d_model, dim=-1))
-        if cache is not None:
-            cache.cross_k, cache.cross_v = k, v
-        return q, k, v, None
+        return k, v  # (B, H, S, Dh) each
 
     def _split_heads(self, x: Tensor) -> Tensor:
         batch, length, _ = x.shape

@@ -1,38 +1,29 @@
-"""Decoding state: encoder output and the decoder's per-layer key/value cache.
+"""Decoding state: the encoder output and the decoder's per-layer key/value cache.
 
-Incremental decoding feeds the decoder only the new token(s) each step. Self-attention keys/values of
-the earlier steps are kept per layer and grown by one step at a time; encoder-decoder keys/values
-depend only on the source, so they are computed once on the first step. Beam search selects, repeats
-or drops hypotheses with ``reorder(index)``, which must touch every cached tensor (a missed one decodes
-silently wrong), so it lives here, next to the fields it has to cover.
+Contract (``DecoderCache``; ``mt.model.beam_cache.BeamCache`` keeps the same one for beam search):
 
-Grouped rows (beam search): the source keys/values are kept once per sentence, (B, H, S, Dh) instead
-of (B*g, H, S, Dh), while ``g`` consecutive decoder rows (its beams) read them, and the g rows of a
-group attend to them together (``grouped_attention``). The group's self-attention keys/values share
-one store too, with a slot per row: every step each row writes its own slot, and the slot table
-(``DecoderCache.slots``) records which slot each row reads at each step, its ancestor's. Beams that
-swap or repeat within a sentence change only that table (no stored key moves: before this, every
-beam search step copied the whole self-attention history of every row). Groups arise when the
-encoder output given to the first cached ``decode`` holds ``g`` consecutive copies of each sentence
-(``EncoderOut.rows``, e.g. ``[0 0 0 0 1 1 1 1]``), or when a reorder fans each row out into a run of
-``g`` copies (beam search decodes step 0 with one row per sentence, then continues with K). A
-reorder that keeps every row in its group leaves the stores untouched; one that drops whole groups
-(finished sentences) copies only the groups that move (``take_rows``); anything else falls back to
-one row per group, each with its own copy of the keys it reads, so ``reorder`` stays correct for
-any index.
+- ``model.decode(tgt_in (N, T), enc, cache)`` feeds only the new tokens; positions continue from
+  ``cache.length``. Every layer appends its self-attention K/V (a buffer grown per step) and computes
+  its encoder-decoder K/V from ``enc`` on the first call only; the source pad mask is kept from then.
+- Row i of the cache continues row i of the previous call. ``reorder(index (N',))`` makes new row j
+  continue old row ``index[j]`` (select, permute, repeat or drop rows), in place, returning ``self``.
+- ``enc`` must hold the rows the cache reads its source from (here: one per decoder row); rows that
+  disagree, or an index out of range, raise ValueError instead of decoding silently wrong.
 
-Both ``reorder`` methods work in place and return ``self``, so ``cache.reorder(i)`` and
-``cache = cache.reorder(i)`` are equally right.
+Per call, ``start_call`` hands each layer an ``AttentionCache`` (a ``LayerStep``): its buffers plus the
+masks of this call, built once for all layers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from mt.model.attention import causal_mask
+from mt.model.attention import CachedKeys
 
 
 @dataclass
@@ -41,244 +32,201 @@ class EncoderOut:
 
     out: Tensor
     pad_mask: Tensor
-    rows: Tensor | None = None  # (B,) the encoded row each row is a copy of (None: itself)
 
     def reorder(self, index: Tensor) -> EncoderOut:
         """Keep rows ``index`` (LongTensor (B',); may permute, repeat or drop rows), in place."""
-        rows = torch.arange(self.out.size(0), device=self.out.device) if self.rows is None else self.rows
-        self.rows = rows.index_select(0, index)
+        check_index(index, self.out.size(0), "encoder output")
         self.out = self.out.index_select(0, index)
         self.pad_mask = self.pad_mask.index_select(0, index)
         return self
 
-    def copies_per_group(self) -> int:
-        """``g`` when the rows are consecutive groups of ``g`` copies of one encoded row each, else 1."""
-        return 1 if self.rows is None else run_length(self.rows)
 
+class KVBuffer:
+    """Self-attention keys and values grown one step at a time (torchtune-style: a buffer and a slice).
 
-def run_length(values: Tensor) -> int:
-    """``g`` when ``values`` (N,) is consecutive runs of ``g`` equal entries (e.g. 0 0 0 1 1 1), else 1."""
-    if values.numel() < 2:
-        return 1
-    g = int(torch.unique_consecutive(values, return_counts=True)[1][0])
-    if g == 1 or values.numel() % g:
-        return 1
-    runs = values.view(-1, g)  # (N / g, g)
-    return g if bool((runs == runs[:, :1]).all()) else 1
-
-
-class LayerCache:
-    """One decoder layer's keys and values.
-
-    Self-attention K/V live in a store (G, capacity, g, H, Dh): G groups of ``g`` consecutive decoder
-    rows (``DecoderCache.group``; 1 unless beam search groups a sentence's beams), and for every group,
-    step and slot the key that the group's row in that slot produced at that step; the first
-    ``length`` steps are valid. With g == 1 each row is a group and reads its own keys. With g > 1 a
-    row reads, at each step, the slot of its ancestor (``slot_mask``, set by ``DecoderCache`` for
-    every call), so reordering the beams of a sentence moves no stored key at all: only the small
-    slot table changes. The K/V of a group's ``length * g`` keys are one (G, H, length * g, Dh) view,
-    which attention reads with the mask (``grouped_attention``).
-
-    ``cross_k``/``cross_v`` (G, H, S, Dh) hold the projected source, one row per group, filled on the
-    first call.
+    ``keys``/``values`` (rows, capacity, slots, H, Dh), the first ``length`` steps valid. ``slots`` is 1
+    for one decoder row per buffer row; a beam store (``BeamCache``) keeps a sentence's K beams in K
+    slots of one row. ``view`` is (rows, H, length * slots, Dh), step-major, slot-minor.
     """
 
     def __init__(self) -> None:
         self.length = 0
-        self.group = 1  # decoder rows per group, set by DecoderCache
-        self.slot_mask: Tensor | None = None  # (G, 1, g*T, (length + T)*g) additive, this call's (g > 1)
-        self._keys: Tensor | None = None  # (G, capacity, g, H, Dh)
-        self._values: Tensor | None = None
-        self.cross_k: Tensor | None = None
-        self.cross_v: Tensor | None = None
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
 
-    @property
-    def self_k(self) -> Tensor | None:
-        """Stored keys per group, (G, H, length * g, Dh) (step-major, slot-minor); with g == 1 these are
-        each row's keys in order, (rows, H, length, Dh). None before the first step."""
-        return None if self._keys is None else self._view(self._keys)
-
-    @property
-    def self_v(self) -> Tensor | None:
-        return None if self._values is None else self._view(self._values)
-
-    def _view(self, store: Tensor) -> Tensor:
-        return store[:, : self.length].flatten(1, 2).transpose(1, 2)  # (G, L, g, H, Dh) -> (G, H, L*g, Dh)
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Add this call's k, v (rows, H, T, Dh); return the keys and values to attend to, each
-        (G, H, (length + T) * g, Dh), and the slot mask (None when g == 1: plain causal attention)."""
-        rows, heads, steps, head_dim = k.shape
-        g, needed = self.group, self.length + steps
-        if self._keys is None or needed > self._keys.size(1):
-            self._keys, self._values = self._grow(self._keys, k, needed), self._grow(self._values, v, needed)
-        for store, new in ((self._keys, k), (self._values, v)):
-            # (rows, H, T, Dh) -> (G, g, H, T, Dh) -> (G, T, g, H, Dh)
-            store[:, self.length : needed] = new.view(rows // g, g, heads, steps, head_dim).permute(0, 3, 1, 2, 4)
+    def append(self, k: Tensor, v: Tensor, slots: int) -> tuple[Tensor, Tensor]:
+        """Write this call's k, v (rows * slots, H, T, Dh) after the valid steps; return ``view``."""
+        n, heads, steps, head_dim = k.shape
+        needed = self.length + steps
+        if self.keys is None or self.values is None or needed > self.keys.size(1):
+            self.keys = self._grown(self.keys, k, needed, slots)
+            self.values = self._grown(self.values, v, needed, slots)
+        for store, new in ((self.keys, k), (self.values, v)):
+            # (rows*slots, H, T, Dh) -> (rows, slots, H, T, Dh) -> (rows, T, slots, H, Dh)
+            store[:, self.length : needed] = new.view(n // slots, slots, heads, steps, head_dim).permute(0, 3, 1, 2, 4)
         self.length = needed
-        return self.self_k, self.self_v, self.slot_mask  # type: ignore[return-value]
+        return self.view()
 
-    def _grow(self, store: Tensor | None, new: Tensor, needed: int) -> Tensor:
-        """A store of capacity >= ``needed`` (doubling), holding the valid steps of ``store``."""
-        rows, heads, _, head_dim = new.shape
+    def view(self) -> tuple[Tensor, Tensor]:
+        assert self.keys is not None and self.values is not None, "nothing appended yet"
+        return tuple(  # type: ignore[return-value]
+            s[:, : self.length].flatten(1, 2).transpose(1, 2) for s in (self.keys, self.values)
+        )  # (rows, L, slots, H, Dh) -> (rows, H, L*slots, Dh)
+
+    def _grown(self, store: Tensor | None, new: Tensor, needed: int, slots: int) -> Tensor:
+        """A buffer of capacity >= ``needed`` (doubling), holding the valid steps of ``store``."""
+        n, heads, _, head_dim = new.shape
         capacity = max(32, needed, 2 * (store.size(1) if store is not None else 0))
-        grown = new.new_empty(rows // self.group, capacity, self.group, heads, head_dim)
+        grown = new.new_empty(n // slots, capacity, slots, heads, head_dim)
         if store is not None and self.length:
             grown[:, : self.length] = store[:, : self.length]
         return grown
 
-    def select_groups(self, groups: Tensor) -> None:
-        """Keep groups ``groups`` (G',) of the self- and source K/V (may repeat or drop groups)."""
-        for name in ("_keys", "_values"):
-            store = getattr(self, name)
-            if store is not None:
-                setattr(self, name, take_rows(store, groups, self.length))
-        self._select_source(groups)
+    def select_rows_(self, index: Tensor) -> None:
+        """Keep buffer rows ``index``, moving as few rows as possible (``select_rows_``)."""
+        if self.keys is not None and self.values is not None:
+            self.keys = select_rows_(self.keys, index, self.length)
+            self.values = select_rows_(self.values, index, self.length)
 
-    def _select_source(self, groups: Tensor) -> None:
-        for name in ("cross_k", "cross_v"):
+    def widen(self, slots: int) -> None:
+        """Make room for ``slots`` slots per row (more than now); stored slots keep their numbers."""
+        for name in ("keys", "values"):
             store = getattr(self, name)
             if store is not None:
-                setattr(self, name, take_rows(store, groups))
-
-    def widen(self, group: int) -> None:
-        """Make room for ``group`` > g slots per group (a fan-out); stored slots keep their numbers."""
-        for name in ("_keys", "_values"):
-            store = getattr(self, name)
-            if store is not None:
-                wide = store.new_empty(store.size(0), store.size(1), group, *store.shape[3:])
+                wide = store.new_empty(store.size(0), store.size(1), slots, *store.shape[3:])
                 # zeros, not garbage, in the new slots of past steps: they are masked out, but a masked
                 # NaN would still poison the softmax and the weighted sum (later steps fill every slot)
                 wide[:, : self.length].zero_()
                 wide[:, : self.length, : store.size(2)] = store[:, : self.length]
                 setattr(self, name, wide)
 
-    def materialize(self, groups: Tensor, slots: Tensor) -> None:
-        """One group per row again: row i gets the keys of old group ``groups[i]`` at the slots
-        ``slots[i]`` (length,) it reads, and the source K/V of that group."""
-        steps = torch.arange(self.length, device=groups.device)
-        for name in ("_keys", "_values"):
-            store = getattr(self, name)
-            if store is not None:
-                history = store[groups.unsqueeze(1), steps.unsqueeze(0), slots]  # (rows', L, H, Dh)
-                own = store.new_empty(groups.numel(), store.size(1), 1, *store.shape[3:])
-                own[:, : self.length, 0] = history
-                setattr(self, name, own)
-        self._select_source(groups)
+
+@dataclass
+class LayerKV:
+    """One decoder layer's cached keys/values: self-attention (grown per step), encoder-decoder (once)."""
+
+    self_attn: KVBuffer = field(default_factory=KVBuffer)
+    cross_k: Tensor | None = None  # (rows, H, S, Dh), filled on the first call
+    cross_v: Tensor | None = None
+
+    def select_rows_(self, index: Tensor) -> None:
+        self.self_attn.select_rows_(index)
+        if self.cross_k is not None and self.cross_v is not None:
+            self.cross_k, self.cross_v = select_rows_(self.cross_k, index), select_rows_(self.cross_v, index)
 
 
 @dataclass
-class DecoderCache:
-    """The decoder's state between incremental ``decode`` calls.
+class LayerStep:
+    """One layer's cache during one call (an ``mt.model.attention.AttentionCache``): its buffers, this
+    call's masks, and ``group`` decoder rows per buffer row (1, or a beam store's beams per sentence)."""
 
-    ``layers``: one ``LayerCache`` per decoder layer. ``src_pad_mask`` (B / group, S): the source padding
-    mask of each source row, kept from the first call so that later calls need nothing else from the
-    encoder output. ``group``: decoder rows per group (beam size in beam search, else 1). ``slots``
-    (rows, length), only when group > 1: the slot of the self-attention key each row reads at each
-    step (its ancestor's), see ``LayerCache``.
-    """
-
-    layers: list[LayerCache] = field(default_factory=list)
-    src_pad_mask: Tensor | None = None
+    kv: LayerKV
+    source_mask: Tensor  # (rows, 1, 1, S) additive
+    self_mask: Tensor | None = None  # (rows, 1, group*T, L*group) additive; None: plain causal
     group: int = 1
-    slots: Tensor | None = None
-    _source_bias: Tensor | None = None  # src_pad_mask as an additive mask, made once per reorder
+
+    def self_kv(self, k: Tensor, v: Tensor) -> CachedKeys:
+        keys, values = self.kv.self_attn.append(k, v, self.group)
+        return CachedKeys(keys, values, self.self_mask, is_causal=self.self_mask is None, group=self.group)
+
+    def cross_kv(self, project: Callable[[], tuple[Tensor, Tensor]]) -> CachedKeys:
+        if self.kv.cross_k is None or self.kv.cross_v is None:
+            self.kv.cross_k, self.kv.cross_v = project()
+        return CachedKeys(self.kv.cross_k, self.kv.cross_v, self.source_mask, group=self.group)
+
+
+class DecodingState(Protocol):
+    """What ``Decoder.forward`` needs from a cache: ``DecoderCache`` here, ``BeamCache`` for beam search."""
+
+    @property
+    def length(self) -> int: ...
+
+    def start_call(self, rows: int, steps: int, enc: EncoderOut, dtype: torch.dtype) -> list[LayerStep]: ...
+
+    def reorder(self, index: Tensor) -> DecodingState: ...
+
+
+class DecoderCache:
+    """The plain decoding state (greedy, sampling, tests): decoder row i reads buffer row i."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.layers = [LayerKV() for _ in range(n_layers)]
+        self.src_pad_mask: Tensor | None = None  # (rows, S), kept from the first call
+        self._source_bias: Tensor | None = None  # src_pad_mask as an additive mask, made once per reorder
+
+    @property
+    def length(self) -> int:
+        """Target steps decoded so far (the position of the next token)."""
+        return self.layers[0].self_attn.length if self.layers else 0
+
+    @property
+    def rows(self) -> int | None:
+        """Rows held (None before the first call)."""
+        return None if self.src_pad_mask is None else self.src_pad_mask.size(0)
+
+    def start_call(self, rows: int, steps: int, enc: EncoderOut, dtype: torch.dtype) -> list[LayerStep]:
+        """Check a call of ``rows`` x ``steps`` new tokens against ``enc`` and this cache; the per-layer
+        caches for it (the first call keeps ``enc``'s pad mask)."""
+        sources = enc.out.size(0)
+        if rows != sources or (self.rows is not None and rows != self.rows):
+            raise ValueError(
+                f"decode of {rows} rows with a cache of {self.rows} rows and an encoder output of {sources}: "
+                "reorder the cache and the encoder output with the same index"
+            )
+        self.keep_source(enc.pad_mask)
+        return [LayerStep(kv, self.source_bias(dtype)) for kv in self.layers]
+
+    def keep_source(self, pad_mask: Tensor) -> None:
+        """Keep the source pad mask (B, S) on the first call."""
+        if self.src_pad_mask is None:
+            self.src_pad_mask = pad_mask
 
     def source_bias(self, dtype: torch.dtype) -> Tensor:
-        """The encoder-decoder attention mask (B / group, 1, 1, S): 0 for a source token, -inf for
-        padding. Additive, so attention does not convert a bool mask in every layer at every step."""
+        """The encoder-decoder attention mask (rows, 1, 1, S): 0 for a source token, -inf for padding.
+        Additive, so attention does not convert a bool mask in every layer at every step."""
         assert self.src_pad_mask is not None, "the first decode call sets the source pad mask"
         if self._source_bias is None or self._source_bias.dtype != dtype:
             bias = torch.zeros(self.src_pad_mask.shape, dtype=dtype, device=self.src_pad_mask.device)
             self._source_bias = bias.masked_fill_(self.src_pad_mask, float("-inf"))[:, None, None, :]
         return self._source_bias
 
-    @property
-    def length(self) -> int:
-        """Target steps decoded so far (the position of the next token)."""
-        return self.layers[0].length if self.layers else 0
-
-    def set_group(self, group: int) -> None:
-        """Declare ``group`` rows per group before the first call (consecutive copies of a sentence)."""
-        self.group = group
-        for layer in self.layers:
-            layer.group = group
-
-    def begin_call(self, rows: int, steps: int, dtype: torch.dtype, device: torch.device) -> None:
-        """Before a ``decode`` of ``steps`` new tokens for ``rows`` rows: extend the slot table (each
-        row's new keys go in its own slot) and give every layer this call's attention mask."""
-        g = self.group
-        if g == 1:
-            for layer in self.layers:
-                layer.slot_mask = None
-            return
-        own = (torch.arange(rows, device=device) % g).unsqueeze(1).expand(rows, steps)  # (rows, T)
-        self.slots = own if self.slots is None else torch.cat([self.slots, own], dim=1)  # (rows, L)
-        length = self.slots.size(1)
-        allowed = self.slots.unsqueeze(-1) == torch.arange(g, device=device)  # (rows, L, g)
-        allowed = allowed.unsqueeze(1)  # (rows, 1, L, g)
-        if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
-            allowed = allowed & causal_mask(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
-        allowed = allowed.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
-        for layer in self.layers:
-            layer.slot_mask = mask
-
     def reorder(self, index: Tensor) -> DecoderCache:
-        """Keep rows ``index`` (LongTensor (B',); may permute, repeat or drop rows) everywhere, in place.
-
-        The new rows come from old groups ``index // group``; they form groups again when those come in
-        equal runs (beams swapping or repeating within a sentence, sentences dropping out, one row per
-        sentence fanning out to K), and then only dropped or repeated groups are copied. Otherwise
-        every row becomes a group of one with its own copy of the keys it reads."""
-        g = self.group
-        sources = index // g  # (B',) the old group of each new row
-        new_g = run_length(sources)
-        if 1 < new_g < g:  # fewer slots than are stored: no room to keep the slot numbers
-            new_g = 1
-        if new_g == 1 and g > 1:
-            slots = self._slots_of(index)
-            for layer in self.layers:
-                layer.materialize(sources, slots)
-            self._select_source_rows(sources)
-        else:
-            kept = sources[::new_g]  # (B' / g',) the old group of each new group
-            if not self._is_identity(kept):
-                for layer in self.layers:
-                    layer.select_groups(kept)
-                self._select_source_rows(kept)
-            if new_g > g:
-                for layer in self.layers:
-                    layer.widen(new_g)
-        self.slots = self._slots_of(index) if new_g > 1 else None
-        self.set_group(new_g)
+        """New row j continues old row ``index[j]`` (LongTensor (N',)), in place; returns ``self``."""
+        check_index(index, self.rows, "cache")
+        if self.rows is not None and not is_identity(index, self.rows):
+            self.select_rows_(index)
         return self
 
-    def _slots_of(self, index: Tensor) -> Tensor:
-        """The slot each new row ``index`` reads at each past step, (B', length): its old row's (0 for
-        every step while there were no groups)."""
-        if self.slots is not None:
-            return self.slots.index_select(0, index)
-        return torch.zeros(index.numel(), self.length, dtype=torch.long, device=index.device)
-
-    def _is_identity(self, groups: Tensor) -> bool:
-        n_groups = self.src_pad_mask.size(0) if self.src_pad_mask is not None else -1
-        return groups.numel() == n_groups and torch.equal(groups, torch.arange(n_groups, device=groups.device))
-
-    def _select_source_rows(self, groups: Tensor) -> None:
+    def select_rows_(self, index: Tensor) -> None:
+        """Keep rows ``index`` of every buffer and of the source pad mask (no checks)."""
+        for layer in self.layers:
+            layer.select_rows_(index)
         if self.src_pad_mask is not None:
-            self.src_pad_mask = self.src_pad_mask.index_select(0, groups)
+            self.src_pad_mask = self.src_pad_mask.index_select(0, index)
             self._source_bias = None
 
 
-def take_rows(store: Tensor, index: Tensor, steps: int | None = None) -> Tensor:
-    """``store.index_select(0, index)``, but in place when most rows stay where they are.
+def check_index(index: Tensor, rows: int | None, what: str) -> None:
+    """ValueError unless ``index`` is a 1-D integer tensor of rows in ``[0, rows)``."""
+    if index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"reorder index must be a 1-D integer tensor, got {index.dtype} of shape {tuple(index.shape)}")
+    if rows is not None and index.numel() and not (0 <= int(index.min()) and int(index.max()) < rows):
+        raise ValueError(f"reorder index {index.tolist()} out of range for a {what} of {rows} rows")
 
-    When finished sentences leave a batch and the last ones move into their places (beam search
-    orders its sentences that way), ``index`` is ``0 .. G'-1`` but for a few entries: only those rows
-    are copied, into ``store`` itself, and the result is the view ``store[:G']``; with ``steps``, only
-    the first ``steps`` entries of dim 1 (the valid part of a K/V store) are copied. (Not under
-    autograd: in-place writes into tensors that may be views of a graph's outputs are not allowed.)
+
+def is_identity(index: Tensor, rows: int) -> bool:
+    return index.numel() == rows and torch.equal(index, torch.arange(rows, device=index.device))
+
+
+def select_rows_(store: Tensor, index: Tensor, steps: int | None = None) -> Tensor:
+    """``store.index_select(0, index)``, but overwriting ``store`` in place when few rows move.
+
+    When finished sentences leave a batch and the last ones move into their places
+    (``mt.decode.common.fill_from_the_end``), ``index`` is ``0 .. N'-1`` but for a few entries: only
+    those rows are copied, into ``store`` itself, and the result is the view ``store[:N']``; with
+    ``steps``, only the first ``steps`` entries of dim 1 (the valid part of a K/V buffer) are copied.
+    ``store`` must not be used after this call except through the result. (Not under autograd:
+    in-place writes into tensors that may be views of a graph's outputs are not allowed.)
     """
     n = index.numel()
     if store.requires_grad or n > store.size(0):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mt.model.cache import DecoderCache, LayerCache
+from mt.model.cache import DecoderCache, DecodingState, EncoderOut
 from mt.model.embedding import TransformerEmbedding
 from mt.model.layers import DecoderLayer
 
@@ -35,29 +35,24 @@ class Decoder(nn.Module):
         return self.embedding.token.weight
 
     def new_cache(self) -> DecoderCache:
-        return DecoderCache(layers=[LayerCache() for _ in self.layers])
+        return DecoderCache(len(self.layers))
 
-    def forward(
-        self,
-        tgt_in: Tensor,
-        memory: Tensor | None,
-        memory_pad_mask: Tensor,
-        cache: DecoderCache | None = None,
-    ) -> Tensor:
-        """tgt_in (B, T); memory (B, S, D); memory_pad_mask (B, S), True = padding -> logits (B, T, V).
+    def forward(self, tgt_in: Tensor, enc: EncoderOut, cache: DecodingState | None = None) -> Tensor:
+        """tgt_in (B, T); enc: out (B, S, D), pad_mask (B, S), True = padding -> logits (B, T, V).
 
         Without a cache: the full causal forward. With one: ``tgt_in`` holds the new tokens only, their
-        positions continue from ``cache.length`` and every layer extends its cache (see ``LayerCache``).
+        positions continue from ``cache.length`` and every layer extends its cache (``mt.model.cache``).
         """
         start = 0 if cache is None else cache.length
         x = self.embedding(tgt_in, start)  # (B, T, D)
         if cache is None:
-            mask = ~memory_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
+            mask = ~enc.pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
+            for layer in self.layers:
+                x = layer(x, enc.out, mask)
         else:
-            mask = cache.source_bias(x.dtype)  # (B / group, 1, 1, S), 0 or -inf
-            cache.begin_call(tgt_in.size(0), tgt_in.size(1), x.dtype, x.device)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, memory, mask, None if cache is None else cache.layers[i])
+            steps = cache.start_call(tgt_in.size(0), tgt_in.size(1), enc, x.dtype)  # masks built once per call
+            for layer, step in zip(self.layers, steps, strict=True):
+                x = layer(x, enc.out, None, step)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return F.linear(x, self.output_weight)  # (B, T, V)

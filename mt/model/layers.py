@@ -6,8 +6,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from mt.model.attention import MultiHeadAttention
-from mt.model.cache import LayerCache
+from mt.model.attention import AttentionCache, MultiHeadAttention
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -112,9 +111,11 @@ class DecoderLayer(nn.Module):
         self.ffn_res = Residual(d_model, dropout=dropout, pre_ln=pre_ln)
 
     def forward(
-        self, x: Tensor, memory: Tensor | None, memory_mask: Tensor | None, cache: LayerCache | None = None
+        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: AttentionCache | None = None
     ) -> Tensor:
-        """x (B, T, D); memory (B, S, D); memory_mask: bool (B, 1, 1, S), True = may attend -> (B, T, D)."""
+        """x (B, T, D); memory (B, S, D); memory_mask: bool (B, 1, 1, S), True = may attend -> (B, T, D).
+
+        With a ``cache`` (incremental decoding) the masks come from it and ``memory_mask`` is unused."""
         x = self.self_attn_res(x, lambda h: self.self_attn(h, is_causal=True, cache=cache))
         x = self.cross_attn_res(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, cache=cache))
         return self.ffn_res(x, self.ffn)

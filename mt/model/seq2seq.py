@@ -7,7 +7,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from mt.config import ModelConfig
-from mt.model.cache import DecoderCache, EncoderOut
+from mt.model.beam_cache import BeamCache
+from mt.model.cache import DecoderCache, DecodingState, EncoderOut
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_embedding
 from mt.model.encoder import Encoder
@@ -29,28 +30,24 @@ class Seq2SeqTransformer(nn.Module):
     def encode(self, src: Tensor, src_pad_mask: Tensor) -> EncoderOut:
         return EncoderOut(out=self.encoder(src, src_pad_mask), pad_mask=src_pad_mask)
 
-    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecoderCache | None = None) -> Tensor:
+    def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecodingState | None = None) -> Tensor:
         """Logits (B, T, V) for ``tgt_in``; see ``Decoder.forward`` for the cached, incremental case.
 
-        With a cache, the first call projects the encoder-decoder K/V from ``enc`` (once per group of
-        copies when ``enc`` holds consecutive copies of each sentence, see ``mt.model.cache``) and keeps
-        the pad mask in the cache; later calls read nothing from ``enc``.
+        With a cache, the first call projects the encoder-decoder K/V from ``enc`` and keeps its pad
+        mask; later calls check ``enc``'s rows against the cache but read nothing else from it.
         """
-        if cache is None:
-            return self.decoder(tgt_in, enc.out, enc.pad_mask)
-        if cache.src_pad_mask is None:
-            cache.set_group(enc.copies_per_group())
-            cache.src_pad_mask = enc.pad_mask[:: cache.group]  # (B / g, S)
-            return self.decoder(tgt_in, enc.out[:: cache.group], cache.src_pad_mask, cache)
-        return self.decoder(tgt_in, None, cache.src_pad_mask, cache)
+        return self.decoder(tgt_in, enc, cache)
 
     def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V)."""
         return self.decode(tgt_in, self.encode(src, src_pad_mask))
 
-    def new_cache(self) -> DecoderCache:
-        """An empty cache for incremental ``decode``."""
-        return self.decoder.new_cache()
+    def new_cache(self, beams_per_sentence: int | None = None) -> DecoderCache | BeamCache:
+        """An empty cache for incremental ``decode``: a plain ``DecoderCache`` (one source row per decoder
+        row), or with ``beams_per_sentence`` a ``BeamCache`` for beam search (see mt.model.beam_cache)."""
+        if beams_per_sentence is None:
+            return self.decoder.new_cache()
+        return BeamCache(len(self.decoder.layers), beams_per_sentence)
 
     def cross_attention_weights(
         self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor, layer: int = -1

@@ -15,10 +15,9 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from mt.config import ModelConfig
+from mt.config import CONF_DIR, ModelConfig
 from mt.model.seq2seq import Seq2SeqTransformer, build_model
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
 COMPONENTS = ("embeddings", "encoder", "decoder")
 
 
@@ -67,7 +66,7 @@ def kv_cache_values_per_token(decoder_layers: int, d_model: int) -> int:
 
 def load_model_config(name: str) -> ModelConfig:
     """``conf/model/<name>.yaml`` (or a path to a .yaml) merged onto the ``ModelConfig`` defaults."""
-    path = Path(name) if name.endswith(".yaml") else CONF_DIR / f"{name}.yaml"
+    path = Path(name) if name.endswith(".yaml") else Path(CONF_DIR) / "model" / f"{name}.yaml"
     raw = OmegaConf.load(path)
     raw.pop("defaults", None)  # the Hydra schema reference; the schema is ModelConfig itself
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), raw))  # type: ignore[return-value]

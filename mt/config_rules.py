@@ -137,6 +137,7 @@ RULES: dict[str, list[Rule]] = {
         at_least("max_len_a", 0, "max output length = a * |src| + b"),
         at_least("max_len_b", 0, "max output length = a * |src| + b"),
         at_least("min_len", 0, "output pieces before EOS is allowed"),
+        one_of("stopping", ("topk_eos", "exact", "fairseq")),
         positive("temperature", "sampling temperature"),
         at_least("top_k", 0, "0 = all tokens"),
         Rule("top_p", lambda v, g: 0 < v <= 1, "must be in (0, 1] (nucleus mass; 1 = all tokens)"),

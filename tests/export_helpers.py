@@ -23,7 +23,7 @@ from mt.data import Tokenizers, train_tokenizer
 from mt.data.demo import demo_line, demo_numbers
 from mt.data.tokenizer import BOS_ID, EOS_ID
 from mt.decode import Hypothesis, Translator
-from mt.decode.length_penalty import length_penalty_scalar
+from mt.decode.length_penalty import length_penalty
 from mt.decode.translator import collate_sources
 from mt.model import build_model
 
@@ -109,7 +109,7 @@ def mt_score(ckpt: Path, line: str, tokens: list[int], penalty: str, alpha: floa
     with torch.inference_mode():
         lprobs = F.log_softmax(model(src, src_pad_mask, tgt).float(), dim=-1)[0]  # (T, V)
     logprob = float(lprobs.gather(1, torch.tensor([*tokens, EOS_ID])[:, None]).sum())
-    return logprob / length_penalty_scalar(len(tokens) + 1, penalty, alpha)
+    return logprob / length_penalty(len(tokens) + 1, penalty, alpha)
 
 
 def differences_beyond_ties(

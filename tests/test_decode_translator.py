@@ -12,6 +12,7 @@ import torch
 from mt.config import DecodeConfig, ModelConfig
 from mt.data.tokenizer import EOS_ID
 from mt.decode import Translator
+from mt.errors import UserError
 from mt.model import build_model
 
 VOCAB = 64
@@ -116,7 +117,7 @@ def test_too_long_input_is_truncated_with_a_warning_or_rejected(model) -> None:
         warnings.simplefilter("error")
         assert truncated[1] == translator.translate(["one two three four"])[0]
     translator.cfg = replace(translator.cfg, on_too_long="reject")
-    with pytest.raises(ValueError, match="line 2"):
+    with pytest.raises(UserError, match="line 2"):
         translator.translate(lines)
 
 

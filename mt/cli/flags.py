@@ -30,6 +30,8 @@ DECODE_FLAGS = {
     "max_tokens": "max_tokens",
     "max_sentences": "max_sentences",
     "on_too_long": "on_too_long",
+    "min_len": "min_len",
+    "stopping": "stopping",
 }
 
 
@@ -83,6 +85,10 @@ def add_decode_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=ranged(int, 1), help="batch budget: source tokens x beam")
     g.add_argument("--max-sentences", type=ranged(int, 1), help="sentences per batch at most")
     g.add_argument("--on-too-long", choices=("truncate", "reject"), help="sources longer than the model allows")
+    g.add_argument("--min-len", type=ranged(int, 0), help="pieces before EOS is allowed (1: no empty output)")
+    g.add_argument("--stopping", choices=("topk_eos", "exact", "fairseq"),
+                   help="beam stopping rule: topk_eos (best candidate is EOS), exact (no live beam can win "
+                        "under the length penalty), fairseq (beam_size finished)")
 
 
 def decode_config(base: DecodeConfig, args: argparse.Namespace) -> DecodeConfig:

@@ -24,6 +24,7 @@ from mt.decode.common import EOS_ID, PAD_ID, Hypothesis
 from mt.decode.length_penalty import check_penalty
 from mt.decode.search import check_strategy, rows_per_sentence, search
 from mt.decode.stopping import check_stopping
+from mt.errors import UserError
 
 
 @dataclass
@@ -143,7 +144,7 @@ class Translator:
             if limit is not None and len(ids) > limit:
                 what = f"line {number}: {len(ids)} source pieces, more than the model's {limit}"
                 if self.cfg.on_too_long == "reject":
-                    raise ValueError(f"{what} (on_too_long=reject)")
+                    raise UserError(f"{what} (on_too_long=reject)")
                 warnings.warn(f"{what}; truncated to {limit}", stacklevel=2)
                 ids = ids[:limit]
             sources.append(ids)

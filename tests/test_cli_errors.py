@@ -1,7 +1,7 @@
 """Bad input at every entry point: one clear line on stderr, the right exit status, no traceback, nothing left.
 
 Each case runs the real command in a subprocess (``python -m mt.train`` / ``mt.cli.translate`` /
-``mt.cli.evaluate`` / ``mt.eval.plots``) in a fresh working directory and checks:
+``mt.cli.evaluate`` / ``mt.cli.plots``) in a fresh working directory and checks:
 - the exit status: 2 for usage errors (argparse, a bad Hydra override), 1 for the other expected errors;
 - the message: ``PROG: error: ...`` in at most 3 lines, naming what is wrong and where (the file and
   line, ``key=value``, the flag, the device);
@@ -321,7 +321,7 @@ PLOTS_CASES = [
 
 @pytest.mark.parametrize("case", PLOTS_CASES, ids=str)
 def test_plots_bad_input(case: Case, tmp_path: Path, trained: dict[str, Path]) -> None:
-    run_case("mt.eval.plots", "mt-plots", case, tmp_path, trained, [])
+    run_case("mt.cli.plots", "mt-plots", case, tmp_path, trained, [])
 
 
 def test_debug_shows_the_traceback_of_expected_errors(tmp_path: Path, trained: dict[str, Path]) -> None:

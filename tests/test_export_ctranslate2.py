@@ -21,10 +21,10 @@ from export_helpers import (  # noqa: E402
 )
 
 from mt.checkpoint import load_for_inference  # noqa: E402
+from mt.cli.export import main  # noqa: E402
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mt.decode.translator import collate_sources  # noqa: E402
 from mt.export import ExportError, export_ctranslate2  # noqa: E402
-from mt.export.cli import main  # noqa: E402
 
 MAX_LEN = 100  # one limit for both (mt: max_len_a=0), never reached by the demo model
 

@@ -13,10 +13,10 @@ from export_helpers import demo_model, demo_sources, mt_search, untrained_checkp
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding  # noqa: E402
 
 from mt.checkpoint import load_for_inference  # noqa: E402
+from mt.cli.export import main  # noqa: E402
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mt.decode.translator import collate_sources  # noqa: E402
 from mt.export import ExportError, export_hf  # noqa: E402
-from mt.export.cli import main  # noqa: E402
 from mt.model import sinusoid_table  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")

@@ -1,4 +1,4 @@
-"""``mt-export`` / ``python -m mt.export``: a checkpoint as a CTranslate2 or Hugging Face model directory.
+"""``mt-export`` / ``python -m mt.cli.export``: a checkpoint as a CTranslate2 or Hugging Face model directory.
 
 Examples:
     mt-export --to ctranslate2 --ckpt runs/demo/checkpoints/best.pt --out exports/demo-ct2

@@ -209,6 +209,16 @@ def test_train_bad_input(case: Case, tmp_path: Path, trained: dict[str, Path]) -
         assert not (tmp_path / "run").exists()  # a fresh run dir that failed to start is removed
 
 
+def test_train_error_leaves_no_directory_it_created(tmp_path: Path, trained: dict[str, Path]) -> None:
+    """Regression: the default run dir runs/<name> left an empty runs/ behind after a failed start."""
+    result = run_module("mt.train", [*TINY, f"data.cache_dir={trained['cache']}", "train.validate_every=0"], tmp_path)
+    assert result.returncode == 1 and b"train.validate_every=0" in result.stderr
+    result = run_module("mt.train", [*TINY, "train.run_dir=runs/a/b", f"data.cache_dir={trained['cache']}",
+                                     "train.device=cuda"], tmp_path)
+    assert result.returncode == 1 and b"cuda" in result.stderr
+    assert snapshot(tmp_path) == {}
+
+
 # ------------------------------------------------------------------------------------------ mt-translate
 
 

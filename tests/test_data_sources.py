@@ -173,7 +173,7 @@ def test_bad_valid_split_fails_before_tokenizer_training(tmp_path: Path, monkeyp
         raise AssertionError("the tokenizer was trained before the input was validated")
 
     monkeypatch.setattr("mt.data.binarize.train_tokenizers", no_training)
-    with pytest.raises(DataError, match=r"val\.en has 2 lines, .*val\.de has 1 lines"):
+    with pytest.raises(DataError, match=r"val\.en has 2 lines, .*val\.de has 1 line\b"):
         prepare_data(_files_cfg(tmp_path, tmp_path / "c", valid_prefix="val", vocab_size=40))
     assert [p.name for p in (tmp_path / "c").iterdir()] == ["hf"]  # nothing under a <fingerprint>/ entry
 
@@ -274,5 +274,5 @@ def test_check_line_counts_counts_like_wc(tmp_path: Path) -> None:
     ref = _write(tmp_path / "x.de", ["eins", "zwei"], gz=True)
     check_line_counts(src, ref)  # equal: no error
     _write(tmp_path / "x.de", ["eins"], gz=True)
-    with pytest.raises(DataError, match=rf"^line counts differ: {src} has 2 lines, {ref} has 1 lines;"):
+    with pytest.raises(DataError, match=rf"^line counts differ: {src} has 2 lines, {ref} has 1 line;"):
         check_line_counts(str(src), str(ref))

@@ -99,7 +99,10 @@ def check_composition(
     run_dir = Path(run_dir)
     label = "train.run_dir" if run_dir == Path(typed.train.run_dir) else "hydra.run.dir"
     check_output_dir(run_dir, label)
-    return None if run_dir.exists() else run_dir
+    return None if run_dir.exists() else run_dir.absolute()
+
+
+_EXISTING_BEFORE: set[Path] = set()  # ancestors of a new run dir that existed before the job
 
 
 def remove_bookkeeping_only(run_dir: Path) -> None:
@@ -111,6 +114,16 @@ def remove_bookkeeping_only(run_dir: Path) -> None:
         return
     if all(p.name == subdir or (p.suffix == ".log" and p.is_file()) for p in run_dir.iterdir()):
         shutil.rmtree(run_dir, ignore_errors=True)
+        remove_empty_parents(run_dir)
+
+
+def remove_empty_parents(path: Path) -> None:
+    """Remove the empty directories above ``path`` that the failed job created (``runs/`` for ``runs/demo``),
+    up to the first one that existed before it: they were missing when the overrides were checked."""
+    for parent in path.parents:
+        if parent in _EXISTING_BEFORE or not parent.is_dir() or any(parent.iterdir()):
+            return
+        parent.rmdir()
 
 
 def run_hydra_job(
@@ -128,6 +141,8 @@ def run_hydra_job(
     def check() -> None:
         nonlocal new_run_dir
         new_run_dir = check_composition(args, config_dir, config_name, prog)
+        if new_run_dir is not None:
+            _EXISTING_BEFORE.update(p for p in new_run_dir.parents if p.exists())
 
     status = run_command(prog, check, debug)
     if status:

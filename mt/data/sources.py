@@ -145,12 +145,16 @@ def _count_rest(lines: Iterator[str]) -> int:
     return sum(1 for _ in lines)
 
 
+def _lines(n: int) -> str:
+    return f"{n} line" if n == 1 else f"{n} lines"
+
+
 def check_line_counts(src_path: str | Path, tgt_path: str | Path) -> None:
     """``DataError`` naming both files and counts unless they have as many lines (cheap: no decoding)."""
     n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
     if n_src != n_tgt:
         raise DataError(
-            f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt} lines; "
+            f"line counts differ: {src_path} has {_lines(n_src)}, {tgt_path} has {_lines(n_tgt)}; "
             "line n of one file must be the translation of line n of the other"
         )
 
@@ -162,12 +166,13 @@ def _parallel_pairs(src_path: Path, tgt_path: Path) -> Iterator[dict[str, str]]:
         tgt = next(tgt_lines, None)
         if tgt is None:
             raise DataError(
-                f"line counts differ: {src_path} has {n + _count_rest(src_lines)} lines, {tgt_path} has {n - 1} lines"
+                f"line counts differ: {src_path} has {_lines(n + _count_rest(src_lines))}, "
+                f"{tgt_path} has {_lines(n - 1)}"
             )
         yield {"src": src, "tgt": tgt}
     extra = _count_rest(tgt_lines)
     if extra:
-        raise DataError(f"line counts differ: {src_path} has {n} lines, {tgt_path} has {n + extra} lines")
+        raise DataError(f"line counts differ: {src_path} has {_lines(n)}, {tgt_path} has {_lines(n + extra)}")
 
 
 def _tsv_pairs(path: Path) -> Iterator[dict[str, str]]:

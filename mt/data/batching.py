@@ -18,7 +18,7 @@ from mt.data.errors import DataError
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, round_up
 
 if TYPE_CHECKING:
-    from mt.data.binarize import TokenizedSplit
+    from mt.data.split import TokenizedSplit
 
 
 def _as_numpy(lens: torch.Tensor | Sequence[int] | np.ndarray) -> np.ndarray:

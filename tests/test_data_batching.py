@@ -175,4 +175,4 @@ def test_sampler_keeps_no_python_int_per_example() -> None:
     finally:
         tracemalloc.stop()
     assert sum(batches.sizes()) + sum(TokenBatchSampler(lens, lens, 4096, seed=1, world_size=2).batches(0).sizes()) == n
-    assert retained / n < 32  # three int64 arrays (longest, cost, order): 24 bytes; a list of lists: ~60
+    assert retained / n < 16  # three int32 arrays (longest, cost, order): 12 bytes; a list of lists: ~56

@@ -120,15 +120,16 @@ class TokenBatchSampler:
             raise DataError(f"rank {rank} is outside world_size {world_size}")
         if len(src) < world_size:
             raise DataError(f"{len(src)} examples cannot be sharded over {world_size} ranks")
-        self.longest = np.maximum(src, tgt)  # (N,) pieces of the longer side
-        self.cost = -(-(self.longest + 1) // pad_to_multiple) * pad_to_multiple  # (N,) padded, with EOS/BOS
-        over = np.flatnonzero(self.cost > max_tokens)
+        longest = np.maximum(src, tgt)  # (N,) pieces of the longer side
+        cost = -(-(longest + 1) // pad_to_multiple) * pad_to_multiple  # (N,) padded, with EOS/BOS
+        over = np.flatnonzero(cost > max_tokens)
         if len(over):
             i = int(over[0])
             raise DataError(
-                f"example {i} is too long for max_tokens={max_tokens}: {int(self.longest[i])} tokens + EOS, "
-                f"padded to {int(self.cost[i])} (and {len(over) - 1} more); raise max_tokens or lower max_len"
+                f"example {i} is too long for max_tokens={max_tokens}: {int(longest[i])} tokens + EOS, "
+                f"padded to {int(cost[i])} (and {len(over) - 1} more); raise max_tokens or lower max_len"
             )
+        self.longest, self.cost = longest.astype(np.int32), cost.astype(np.int32)  # 4 bytes per example each
         self.max_tokens, self.seed, self.shuffle = max_tokens, seed, shuffle
         self.rank, self.world_size, self.shuffle_chunk = rank, world_size, shuffle_chunk
         self.epoch, self.start_batch = 0, 0
@@ -149,13 +150,13 @@ class TokenBatchSampler:
                 part = part[np.argsort(self.longest[part], kind="stable")]
                 parts.append(part)
                 starts.extend(start + b for b in _pack_starts(part, self.cost, self.max_tokens))
-            flat = np.concatenate(parts)  # (N,) each chunk sorted by length
+            flat = np.concatenate(parts).astype(np.int32)  # (N,) each chunk sorted by length
             bounds = np.asarray(starts, dtype=np.int64)
             ends = np.append(bounds[1:], len(flat))
             order = rng.permutation(len(bounds))  # batch order
             bounds, ends = bounds[order], ends[order]
         else:
-            flat = np.argsort(self.longest, kind="stable")  # (N,)
+            flat = np.argsort(self.longest, kind="stable").astype(np.int32)  # (N,)
             bounds = np.asarray(_pack_starts(flat, self.cost, self.max_tokens), dtype=np.int64)
             ends = np.append(bounds[1:], len(flat))
         while len(bounds) % self.world_size:

@@ -95,6 +95,7 @@ def make_corpus(args: argparse.Namespace, corpus: Path) -> None:
 def _overrides(args: argparse.Namespace, work: Path) -> list[str]:
     parts = ",".join(f"part{k + 1}" for k in range(args.files))
     return [
+        "experiment=wmt14_en_de_base", "name=bench_scale",  # WMT settings (noam, 4096-token batches), then:
         "data=multi30k", f"data.dir={work / 'corpus'}", f"data.train_prefix=[{parts}]",
         "data.valid_prefix=valid", "data.test_prefix=test", f"data.cache_dir={work / 'cache'}",
         f"data.vocab_size={args.vocab_size}", f"data.max_len={args.max_len}", f"data.max_tokens={args.max_tokens}",
@@ -102,6 +103,8 @@ def _overrides(args: argparse.Namespace, work: Path) -> list[str]:
         "model=transformer_small", f"train.run_dir={work / 'run'}", f"train.max_updates={args.updates}",
         "train.validate_every=1000000", "train.save_every=1000000", "train.valid_bleu=false",
         "train.test_at_end=false", "train.progress=false", "train.tensorboard=false", "train.log_every=10",
+        "train.update_freq=1", "train.precision=fp32", "train.max_time_minutes=0", "train.max_epochs=0",
+        "train.keep_last=1", "train.average_last=0", *args.override,
     ]  # fmt: skip
 
 
@@ -155,7 +158,7 @@ def _stage_work(stage: str, args: argparse.Namespace, work: Path) -> tuple[Calla
 
         shutil.rmtree(work / "run", ignore_errors=True)  # a fresh run, never a resume
         trainer = Trainer(cfg)  # prepares the data (cached) and builds the model
-        return lambda: {"reason": trainer.run(progress=False), "updates": trainer.state.step}, {}
+        return lambda: {"reason": trainer.run(progress=False), "updates": trainer.state.step}, {}  # + 1 valid loss
     raise ValueError(f"unknown stage {stage}")
 
 
@@ -224,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--updates", type=int, default=50, help="updates of transformer_small")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra Hydra override for every stage, e.g. train.device=cuda (repeatable)")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # internal: run one stage
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)

@@ -60,7 +60,9 @@ class DataConfig:
     format: str = "parallel"  # for source=files: parallel | tsv | jsonl
     src_lang: str = "en"
     tgt_lang: str = "de"
-    train_prefix: str = "train"
+    # one prefix or a list, read in order as one split: [europarl,commoncrawl,news_commentary]
+    # (Any: OmegaConf rejects a str for a list field and cannot type a str | list union)
+    train_prefix: Any = "train"
     valid_prefix: str = "val"
     test_prefix: str = "test"
     demo: DemoConfig = field(default_factory=DemoConfig)

@@ -64,10 +64,26 @@ def one_of(key: str, choices: Sequence[str]) -> Rule:
 
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
+
+def _prefix_or_prefixes(value: Any) -> bool:
+    """A non-empty str, or a non-empty list (or tuple) of non-empty strs."""
+    if isinstance(value, str):
+        return value != ""
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, str) and v for v in value)
+
+
+# also applied by mt.data.sources.train_prefixes, for a DataConfig built without composing
+TRAIN_PREFIX_RULE = Rule(
+    "train_prefix",
+    lambda v, g: _prefix_or_prefixes(v),
+    "must be a file prefix or a non-empty list of them, e.g. train or [europarl,commoncrawl,news_commentary]",
+)
+
 RULES: dict[str, list[Rule]] = {
     "data": [
         one_of("source", ("demo", "files", "hub")),
         one_of("format", ("parallel", "tsv", "jsonl")),
+        TRAIN_PREFIX_RULE,
         positive("vocab_size", "SentencePiece pieces, specials included"),
         Rule("character_coverage", lambda v, g: 0 < v <= 1, "must be in (0, 1] (share of characters covered)"),
         positive("tokenizer_sample_size", "sentences fed to tokenizer training"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -145,3 +146,33 @@ def test_batch_by_tokens() -> None:
     assert all(len(b) <= 3 and len(b) * max(lengths[i] for i in b) <= 16 for b in batches)
     with pytest.raises(DataError, match="sentence 2 has 12 tokens, more than max_tokens=10"):
         batch_by_tokens(lengths, max_tokens=10)
+
+
+def test_batch_list_indexes_slices_and_compares_like_a_list_of_lists() -> None:
+    from mt.data.batching import BatchList
+
+    flat = np.array([4, 2, 0, 1, 3, 5])
+    batches = BatchList(flat, np.array([0, 2, 5]), np.array([2, 5, 6]))
+    as_lists = [[4, 2], [0, 1, 3], [5]]
+    assert len(batches) == 3 and list(batches) == as_lists and batches == as_lists
+    assert batches[1] == [0, 1, 3] and batches[-1] == [5] and all(type(i) is int for i in batches[1])
+    assert batches[1:] == as_lists[1:] and batches[::2] == as_lists[::2] and isinstance(batches[1:], BatchList)
+    assert batches != as_lists[:2] and batches.sizes().tolist() == [2, 3, 1]
+    with pytest.raises(IndexError):
+        batches[3]
+
+
+def test_sampler_keeps_no_python_int_per_example() -> None:
+    import tracemalloc
+
+    n = 200_000
+    lens = np.random.default_rng(0).integers(5, 60, n)
+    tracemalloc.start()
+    try:
+        sampler = TokenBatchSampler(lens, lens, 4096, seed=1, rank=1, world_size=2)
+        batches = sampler.batches(0)
+        retained, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert sum(batches.sizes()) + sum(TokenBatchSampler(lens, lens, 4096, seed=1, world_size=2).batches(0).sizes()) == n
+    assert retained / n < 16  # three int32 arrays (longest, cost, order): 12 bytes; a list of lists: ~56

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from mt.data.errors import DataError
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, round_up
 
 if TYPE_CHECKING:
-    from mt.data.binarize import TokenizedSplit
+    from mt.data.split import TokenizedSplit
 
 
 def _as_numpy(lens: torch.Tensor | Sequence[int] | np.ndarray) -> np.ndarray:
@@ -27,22 +27,62 @@ def _as_numpy(lens: torch.Tensor | Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(lens, dtype=np.int64)
 
 
+def _pack_starts(order: np.ndarray, cost: np.ndarray, max_tokens: int, max_sentences: int = 0) -> list[int]:
+    """Start positions (in ``order``, ascending cost) of greedy batches: ``len(batch) * max(cost) <= max_tokens``."""
+    starts: list[int] = [0] if len(order) else []
+    count = longest = 0
+    for pos, c in enumerate(cost[order].tolist()):
+        grown = max(longest, c)
+        full = 0 < max_sentences <= count
+        if count and (full or (count + 1) * grown > max_tokens):
+            starts.append(pos)
+            count, grown = 0, c
+        count += 1
+        longest = grown
+    return starts
+
+
 def _pack(order: np.ndarray, cost: np.ndarray, max_tokens: int, max_sentences: int = 0) -> list[list[int]]:
     """Greedy batches over ``order`` (ascending cost): ``len(batch) * max(cost) <= max_tokens``."""
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i, c in zip(order.tolist(), cost[order].tolist(), strict=True):
-        grown = max(longest, c)
-        full = 0 < max_sentences <= len(current)
-        if current and (full or (len(current) + 1) * grown > max_tokens):
-            batches.append(current)
-            current, grown = [], c
-        current.append(i)
-        longest = grown
-    if current:
-        batches.append(current)
-    return batches
+    bounds = [*_pack_starts(order, cost, max_tokens, max_sentences), len(order)]
+    return [order[a:b].tolist() for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+class BatchList(Sequence[list[int]]):
+    """Batches of example indices as one flat index array and per-batch ``[start, end)`` bounds.
+
+    Indexing gives a batch as ``list[int]``, slicing gives a ``BatchList`` view: no Python int per example
+    is kept (a list of lists would hold ~36 bytes per example, 160 MB for 4.5M pairs, per rank).
+    """
+
+    def __init__(self, flat: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self._flat, self._starts, self._ends = flat, starts, ends
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, i: int) -> list[int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> BatchList: ...
+    def __getitem__(self, i: int | slice) -> list[int] | BatchList:
+        if isinstance(i, slice):
+            return BatchList(self._flat, self._starts[i], self._ends[i])
+        return self._flat[self._starts[i] : self._ends[i]].tolist()
+
+    def sizes(self) -> np.ndarray:
+        """Examples per batch, ``(len(self),)``."""
+        return self._ends - self._starts
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"BatchList({len(self)} batches, {int(self.sizes().sum())} examples)"
 
 
 class TokenBatchSampler:
@@ -80,21 +120,22 @@ class TokenBatchSampler:
             raise DataError(f"rank {rank} is outside world_size {world_size}")
         if len(src) < world_size:
             raise DataError(f"{len(src)} examples cannot be sharded over {world_size} ranks")
-        self.longest = np.maximum(src, tgt)  # (N,) pieces of the longer side
-        self.cost = -(-(self.longest + 1) // pad_to_multiple) * pad_to_multiple  # (N,) padded, with EOS/BOS
-        over = np.flatnonzero(self.cost > max_tokens)
+        longest = np.maximum(src, tgt)  # (N,) pieces of the longer side
+        cost = -(-(longest + 1) // pad_to_multiple) * pad_to_multiple  # (N,) padded, with EOS/BOS
+        over = np.flatnonzero(cost > max_tokens)
         if len(over):
             i = int(over[0])
             raise DataError(
-                f"example {i} is too long for max_tokens={max_tokens}: {int(self.longest[i])} tokens + EOS, "
-                f"padded to {int(self.cost[i])} (and {len(over) - 1} more); raise max_tokens or lower max_len"
+                f"example {i} is too long for max_tokens={max_tokens}: {int(longest[i])} tokens + EOS, "
+                f"padded to {int(cost[i])} (and {len(over) - 1} more); raise max_tokens or lower max_len"
             )
+        self.longest, self.cost = longest.astype(np.int32), cost.astype(np.int32)  # 4 bytes per example each
         self.max_tokens, self.seed, self.shuffle = max_tokens, seed, shuffle
         self.rank, self.world_size, self.shuffle_chunk = rank, world_size, shuffle_chunk
         self.epoch, self.start_batch = 0, 0
-        self._memo: tuple[int, list[list[int]]] | None = None
+        self._memo: tuple[int, BatchList] | None = None
 
-    def _all_batches(self, epoch: int) -> list[list[int]]:
+    def _all_batches(self, epoch: int) -> BatchList:
         """Every rank's batches of ``epoch``, interleaved, their count a multiple of ``world_size``."""
         if self._memo is not None and (self._memo[0] == epoch or not self.shuffle):
             return self._memo[1]
@@ -103,26 +144,35 @@ class TokenBatchSampler:
             perm = rng.permutation(len(self.cost))  # (N,)
             per_batch = max(1, self.max_tokens // max(1, int(self.cost.mean())))
             chunk = max(1, self.shuffle_chunk * per_batch)
-            batches = []
+            parts, starts = [], []
             for start in range(0, len(perm), chunk):
                 part = perm[start : start + chunk]
                 part = part[np.argsort(self.longest[part], kind="stable")]
-                batches.extend(_pack(part, self.cost, self.max_tokens))
-            batches = [batches[j] for j in rng.permutation(len(batches))]
+                parts.append(part)
+                starts.extend(start + b for b in _pack_starts(part, self.cost, self.max_tokens))
+            flat = np.concatenate(parts).astype(np.int32)  # (N,) each chunk sorted by length
+            bounds = np.asarray(starts, dtype=np.int64)
+            ends = np.append(bounds[1:], len(flat))
+            order = rng.permutation(len(bounds))  # batch order
+            bounds, ends = bounds[order], ends[order]
         else:
-            batches = _pack(np.argsort(self.longest, kind="stable"), self.cost, self.max_tokens)
-        while len(batches) % self.world_size:
-            j = max(range(len(batches)), key=lambda k: len(batches[k]))
-            if len(batches[j]) < 2:
+            flat = np.argsort(self.longest, kind="stable").astype(np.int32)  # (N,)
+            bounds = np.asarray(_pack_starts(flat, self.cost, self.max_tokens), dtype=np.int64)
+            ends = np.append(bounds[1:], len(flat))
+        while len(bounds) % self.world_size:
+            sizes = ends - bounds
+            j = int(np.argmax(sizes))  # the first largest batch
+            if sizes[j] < 2:
                 raise DataError(
-                    f"cannot give {self.world_size} ranks equal batch counts: {len(batches)} single-example batches"
+                    f"cannot give {self.world_size} ranks equal batch counts: {len(bounds)} single-example batches"
                 )
-            half = len(batches[j]) // 2
-            batches[j : j + 1] = [batches[j][:half], batches[j][half:]]
+            middle = bounds[j] + sizes[j] // 2
+            bounds, ends = np.insert(bounds, j + 1, middle), np.insert(ends, j, middle)
+        batches = BatchList(flat, bounds, ends)
         self._memo = (epoch, batches)
         return batches
 
-    def batches(self, epoch: int) -> list[list[int]]:
+    def batches(self, epoch: int) -> BatchList:
         """This rank's batches (example index lists) for ``epoch``; deterministic in ``(seed, epoch)``."""
         return self._all_batches(epoch)[self.rank :: self.world_size]
 

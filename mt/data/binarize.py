@@ -22,16 +22,16 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import datasets
 import numpy as np
-import pyarrow as pa
-import torch
 
 from mt.config import DataConfig
 from mt.data.errors import DataError
 from mt.data.sources import SPLITS, RawSplit, fingerprint, open_split, progress_bars_on_tty
+from mt.data.split import TokenizedSplit
+from mt.data.summary import format_summary
 from mt.data.tokenizer import Tokenizer, Tokenizers, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -47,68 +47,6 @@ _FEATURES = datasets.Features(
         "tgt_ids": datasets.Sequence(datasets.Value("int32")),
     }
 )
-
-
-class TextColumn(Sequence[str]):
-    """A lazy, read-only view of an Arrow string column (no Python strings until indexed)."""
-
-    def __init__(self, column: pa.ChunkedArray) -> None:
-        self._column = column
-
-    def __len__(self) -> int:
-        return len(self._column)
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return self._column[i].to_pylist()
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        return self._column[i].as_py()
-
-
-def _flat(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """``(values (total,) int32, offsets (N+1,) int64)`` of an Arrow list column (no copy if one chunk)."""
-    lists = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    offsets = lists.offsets.to_numpy().astype(np.int64)
-    return lists.flatten().to_numpy(), offsets - offsets[0]
-
-
-class TokenizedSplit:
-    """One binarized split: ids as a flat int32 array + offsets (memory-mapped Arrow), lengths, raw text."""
-
-    def __init__(self, name: str, dataset: datasets.Dataset) -> None:
-        self.name = name
-        table = dataset.flatten_indices().data.table if dataset._indices is not None else dataset.data.table
-        self._src_values, self._src_offsets = _flat(table.column("src_ids"))
-        self._tgt_values, self._tgt_offsets = _flat(table.column("tgt_ids"))
-        self.src_lens = torch.from_numpy(np.diff(self._src_offsets))  # (N,) pieces, no EOS
-        self.tgt_lens = torch.from_numpy(np.diff(self._tgt_offsets))  # (N,) pieces, no BOS/EOS
-        self.src_text: Sequence[str] = TextColumn(table.column("src"))
-        self.tgt_text: Sequence[str] = TextColumn(table.column("tgt"))
-
-    def __len__(self) -> int:
-        return len(self.src_lens)
-
-    def src_array(self, i: int) -> np.ndarray:
-        """Source piece ids of example ``i`` as an int32 view (no copy)."""
-        return self._src_values[self._src_offsets[i] : self._src_offsets[i + 1]]
-
-    def tgt_array(self, i: int) -> np.ndarray:
-        """Target piece ids of example ``i`` as an int32 view (no copy)."""
-        return self._tgt_values[self._tgt_offsets[i] : self._tgt_offsets[i + 1]]
-
-    def src_ids(self, i: int) -> list[int]:
-        return self.src_array(i).tolist()
-
-    def tgt_ids(self, i: int) -> list[int]:
-        return self.tgt_array(i).tolist()
-
-    def __repr__(self) -> str:
-        return f"TokenizedSplit({self.name!r}, pairs={len(self)})"
 
 
 @dataclass
@@ -234,13 +172,20 @@ def _done(path: Path) -> bool:
     return (path / "stats.json").is_file()
 
 
-def prepare_data(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> PreparedData:
-    """Read the source, train or reuse the tokenizer, binarize or reuse each split, print a summary.
+@dataclass(frozen=True)
+class CachePlan:
+    """Where ``prepare_data`` keeps (or finds) the tokenizer and each binarized split of a config."""
 
-    Every split that has to be read is read (and validated) before the tokenizer is trained.
-    """
-    cache_root = Path(cfg.cache_dir)
-    raws: dict[str, RawSplit] = {s: open_split(cfg, s, cache_root) for s in dict.fromkeys(("train", *splits))}
+    root: Path  # <cache_dir>/<tok_fp>
+    split_dirs: dict[str, Path]  # <root>/<split>-<fp>
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.root / "tokenizer"
+
+
+def plan_cache(cfg: DataConfig, raws: dict[str, RawSplit]) -> CachePlan:
+    """The cache directories of ``raws`` (which must hold ``train``: the tokenizer's key is its content)."""
     tok_fp = fingerprint(
         _TOK_VERSION,
         raws["train"].key,
@@ -249,61 +194,50 @@ def prepare_data(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> PreparedDat
         cfg.character_coverage,
         cfg.tokenizer_sample_size,
     )
-    root = cache_root / tok_fp
+    root = Path(cfg.cache_dir) / tok_fp
     filters = {"train": (cfg.max_len, cfg.max_len_ratio)}
-    out_dirs = {s: root / f"{s}-{fingerprint(_BIN_VERSION, raws[s].key, tok_fp, filters.get(s))}" for s in splits}
+    dirs = {s: root / f"{s}-{fingerprint(_BIN_VERSION, raw.key, tok_fp, filters.get(s))}" for s, raw in raws.items()}
+    return CachePlan(root, dirs)
 
-    have_tok = Tokenizers.exists(root / "tokenizer")
-    todo = [s for s in splits if not _done(out_dirs[s])]
+
+def open_splits(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, RawSplit]:
+    """``splits`` of ``cfg``'s source, and ``train`` (the tokenizer's data) first, located and keyed."""
+    cache_root = Path(cfg.cache_dir)
+    return {s: open_split(cfg, s, cache_root) for s in dict.fromkeys(("train", *splits))}
+
+
+def save_tokenizers(tokenizers: Tokenizers, plan: CachePlan) -> None:
+    with _atomic_dir(plan.tokenizer_dir) as tmp:
+        tokenizers.save(tmp)
+
+
+def load_split(name: str, plan: CachePlan) -> TokenizedSplit:
+    """A binarized split from its cache directory (memory-mapped)."""
+    return TokenizedSplit(name, datasets.load_from_disk(str(plan.split_dirs[name])))
+
+
+def prepare_data(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> PreparedData:
+    """Read the source, train or reuse the tokenizer, binarize or reuse each split, print a summary.
+
+    Every split that has to be read is read (and validated) before the tokenizer is trained.
+    """
+    raws = open_splits(cfg, splits)
+    plan = plan_cache(cfg, raws)
+    have_tok = Tokenizers.exists(plan.tokenizer_dir)
+    todo = [s for s in splits if not _done(plan.split_dirs[s])]
     to_read = dict.fromkeys((*todo, *(() if have_tok else ("train",))))
     loaded = {s: raws[s].load() for s in to_read}  # all validation happens here, before any training
 
     if have_tok:
-        tokenizers = Tokenizers.load(root / "tokenizer")
-        logger.info("reusing tokenizer %s", root / "tokenizer")
+        tokenizers = Tokenizers.load(plan.tokenizer_dir)
+        logger.info("reusing tokenizer %s", plan.tokenizer_dir)
     else:
         tokenizers = train_tokenizers(cfg, loaded["train"])
-        with _atomic_dir(root / "tokenizer") as tmp:
-            tokenizers.save(tmp)
+        save_tokenizers(tokenizers, plan)
     for s in todo:
-        binarize_split(s, loaded[s], tokenizers, cfg, out_dirs[s])
+        binarize_split(s, loaded[s], tokenizers, cfg, plan.split_dirs[s])
 
-    result = {s: TokenizedSplit(s, datasets.load_from_disk(str(out_dirs[s]))) for s in splits}
-    stats = {s: json.loads((out_dirs[s] / "stats.json").read_text()) for s in splits}
-    print(format_summary(tokenizers, result, stats, reused=[s for s in splits if s not in todo], root=root))
-    return PreparedData(tokenizers, result, root)
-
-
-def format_summary(
-    tokenizers: Tokenizers,
-    splits: dict[str, TokenizedSplit],
-    stats: dict[str, dict[str, Any]],
-    reused: Sequence[str],
-    root: Path,
-) -> str:
-    """A table: per split pairs, tokens, mean/max lengths per side, dropped pairs per reason."""
-    kind = "joint" if tokenizers.joint else "separate"
-    vocab = (
-        f"{tokenizers.src.vocab_size}"
-        if tokenizers.joint
-        else f"{tokenizers.src.vocab_size}/{tokenizers.tgt.vocab_size}"
-    )
-    lines = [
-        f"data: {kind} BPE vocab {vocab} (cache {root})",
-        f"  {'split':<6} {'pairs':>9} {'src tok':>11} {'tgt tok':>11} {'src mean/max':>13} "
-        f"{'tgt mean/max':>13}  dropped",
-    ]
-    for name, split in splits.items():
-        src, tgt = split.src_lens.double(), split.tgt_lens.double()
-        n = max(len(split), 1)
-        dropped = stats[name]["dropped"]
-        drop = (
-            f"{sum(dropped.values())} ({', '.join(f'{k} {v}' for k, v in dropped.items())})" if name == "train" else "-"
-        )
-        cached = " (cached)" if name in reused else ""
-        lines.append(
-            f"  {name:<6} {len(split):>9} {int(src.sum()):>11} {int(tgt.sum()):>11} "
-            f"{float(src.sum()) / n:>8.1f}/{int(src.max()) if len(split) else 0:<4} "
-            f"{float(tgt.sum()) / n:>8.1f}/{int(tgt.max()) if len(split) else 0:<4}  {drop}{cached}"
-        )
-    return "\n".join(lines)
+    result = {s: load_split(s, plan) for s in splits}
+    stats = {s: json.loads((plan.split_dirs[s] / "stats.json").read_text()) for s in splits}
+    print(format_summary(tokenizers, result, stats, reused=[s for s in splits if s not in todo], root=plan.root))
+    return PreparedData(tokenizers, result, plan.root)

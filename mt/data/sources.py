@@ -1,5 +1,8 @@
 """Where parallel text comes from: local files (parallel, TSV, JSONL), a hub dataset, or the demo corpus.
 
+The training split of local files may be several prefixes (``data.train_prefix=[europarl,commoncrawl]``),
+read in order as one split; its content key covers every file.
+
 Every source ends as a ``datasets.Dataset`` with string columns ``src`` and ``tgt`` (Arrow, memory-mapped,
 cached by fingerprint under ``<cache_dir>/hf``). Bad input is rejected here, at the boundary, with a
 ``DataError`` that names the file and line, before any tokenizer training or binarization happens. Text is
@@ -19,7 +22,8 @@ from typing import Any
 
 import datasets
 
-from mt.config import DataConfig
+from mt.config import ConfigError, DataConfig
+from mt.config_rules import TRAIN_PREFIX_RULE
 from mt.data.errors import DataError
 from mt.data.lines import count_lines, read_lines
 
@@ -123,22 +127,46 @@ def _resolve(path: Path) -> Path:
     raise DataError(f"missing data file: {path} (nor {gz.name})")
 
 
-def split_files(cfg: DataConfig, split: str) -> list[Path]:
-    """The files of one split: ``[PREFIX.SRC, PREFIX.TGT]`` for parallel, ``[PREFIX.tsv|jsonl]`` otherwise."""
+def train_prefixes(cfg: DataConfig) -> list[str]:
+    """``data.train_prefix`` as a list: one prefix (a str) or several (read in order as one split).
+
+    ``ConfigError`` (``data.train_prefix=...: ...``) for anything but a non-empty str or a non-empty list of them.
+    """
+    problem = TRAIN_PREFIX_RULE.problem("data", cfg)
+    if problem is not None:
+        raise ConfigError([problem])
+    value = cfg.train_prefix
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+def split_prefixes(cfg: DataConfig, split: str) -> list[str]:
+    """The file prefixes of one split, in reading order (several only for ``train``)."""
+    if split == "train":
+        return train_prefixes(cfg)
+    return [{"valid": cfg.valid_prefix, "test": cfg.test_prefix}[split]]
+
+
+def split_file_groups(cfg: DataConfig, split: str) -> list[list[Path]]:
+    """Per prefix of the split, its files: ``[PREFIX.SRC, PREFIX.TGT]`` for parallel, ``[PREFIX.tsv|jsonl]``."""
     if cfg.dir is None:
         raise DataError("data.dir must be set for source=files")
     if not Path(cfg.dir).is_dir():
         raise DataError(f"data.dir={cfg.dir}: no such directory")
-    prefix = {"train": cfg.train_prefix, "valid": cfg.valid_prefix, "test": cfg.test_prefix}[split]
-    base = Path(cfg.dir) / prefix
     if cfg.format == "parallel":
-        return [
-            _resolve(base.with_name(f"{prefix}.{cfg.src_lang}")),
-            _resolve(base.with_name(f"{prefix}.{cfg.tgt_lang}")),
-        ]
-    if cfg.format in ("tsv", "jsonl"):
-        return [_resolve(base.with_name(f"{prefix}.{cfg.format}"))]
-    raise DataError(f"unknown data.format '{cfg.format}', expected parallel | tsv | jsonl")
+        suffixes = [cfg.src_lang, cfg.tgt_lang]
+    elif cfg.format in ("tsv", "jsonl"):
+        suffixes = [cfg.format]
+    else:
+        raise DataError(f"unknown data.format '{cfg.format}', expected parallel | tsv | jsonl")
+    return [
+        [_resolve(Path(cfg.dir) / f"{prefix}.{suffix}") for suffix in suffixes]
+        for prefix in split_prefixes(cfg, split)
+    ]
+
+
+def split_files(cfg: DataConfig, split: str) -> list[Path]:
+    """Every file of one split, in reading order (the groups of ``split_file_groups`` one after another)."""
+    return [path for group in split_file_groups(cfg, split) for path in group]
 
 
 def _count_rest(lines: Iterator[str]) -> int:
@@ -207,29 +235,35 @@ def _jsonl_pairs(path: Path, src_lang: str, tgt_lang: str) -> Iterator[dict[str,
 
 def _generate(paths: str, fmt: str, src_lang: str, tgt_lang: str, key: str) -> Iterator[dict[str, str]]:
     """Generator for ``Dataset.from_generator``; ``key`` (content hash) is only there to key the cache.
-    ``paths`` is one string joined by NUL: datasets would treat a list in ``gen_kwargs`` as shards."""
-    paths = paths.split("\0")
+    ``paths`` is one string joined by NUL: datasets would treat a list in ``gen_kwargs`` as shards.
+    For parallel text the paths go in pairs (src, tgt), read pair after pair."""
+    files = [Path(p) for p in paths.split("\0")]
     if fmt == "parallel":
-        yield from _parallel_pairs(Path(paths[0]), Path(paths[1]))
+        for src, tgt in zip(files[::2], files[1::2], strict=True):
+            yield from _parallel_pairs(src, tgt)
     elif fmt == "tsv":
-        yield from _tsv_pairs(Path(paths[0]))
+        for path in files:
+            yield from _tsv_pairs(path)
     else:
-        yield from _jsonl_pairs(Path(paths[0]), src_lang, tgt_lang)
+        for path in files:
+            yield from _jsonl_pairs(path, src_lang, tgt_lang)
 
 
 def _load_files(cfg: DataConfig, split: str, key: str, cache_root: Path) -> datasets.Dataset:
-    paths = "\0".join(str(p.resolve()) for p in split_files(cfg, split))
+    groups = [[p.resolve() for p in group] for group in split_file_groups(cfg, split)]
+    files = [p for group in groups for p in group]
+    if cfg.format == "parallel":
+        for src, tgt in groups:  # every pair, before reading a large corpus into Arrow
+            check_line_counts(src, tgt)
+    if all(p.stat().st_size == 0 for p in files):
+        return datasets.Dataset.from_dict({"src": [], "tgt": []}, features=_FEATURES)  # load() rejects it
     kwargs = {
-        "paths": paths,
+        "paths": "\0".join(map(str, files)),
         "fmt": cfg.format,
         "src_lang": cfg.src_lang,
         "tgt_lang": cfg.tgt_lang,
         "key": key,
     }
-    if cfg.format == "parallel":
-        check_line_counts(*map(Path, paths.split("\0")))  # before reading a large corpus into Arrow
-    if all(Path(p).stat().st_size == 0 for p in paths.split("\0")):
-        return datasets.Dataset.from_dict({"src": [], "tgt": []}, features=_FEATURES)  # load() rejects it
     try:
         return datasets.Dataset.from_generator(
             _generate,

@@ -54,11 +54,21 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
 
 
 def all_gather_objects(obj: Any, info: DistInfo) -> list[Any]:
+    """Every rank's ``obj`` (picklable), in rank order, on every rank."""
     if not info.enabled:
         return [obj]
     out: list[Any] = [None] * info.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def broadcast_object(obj: Any, info: DistInfo, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` (picklable) on every rank; the other ranks' ``obj`` is ignored."""
+    if not info.enabled:
+        return obj
+    box = [obj if info.rank == src else None]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
 
 
 def barrier(info: DistInfo) -> None:

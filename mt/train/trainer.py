@@ -3,7 +3,7 @@
 ``Trainer(cfg)`` builds the components (``setup``) and resumes from ``run_dir/checkpoints/last.pt``
 when it exists (``checkpointing``), so re-running a command after a crash continues where it
 stopped, with the same next losses. ``run()`` drives the ``UpdateLoop`` and owns what happens at
-its boundaries: validation on rank 0, best tracking, saving, and the checkpoint a signal leaves.
+its boundaries: validation (sharded over ranks), best tracking, saving, and the checkpoint a signal leaves.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from pathlib import Path
 
 from mt.config import Config
 from mt.train.checkpointing import Checkpointer, record_validation
-from mt.train.distributed import all_gather_objects
 from mt.train.metrics_log import MetricsLog
 from mt.train.setup import build_components, seed_ranks, step_context
 from mt.train.updates import Clock, UpdateLoop
@@ -72,15 +71,11 @@ class Trainer:
         return self.checkpoints.save(self.state, is_best=is_best)
 
     def validate_and_save(self) -> bool:
-        """Validate on rank 0, save (marking the best), and say whether early stopping triggers."""
+        """Validate on every rank (each its share), save (marking the best), and say whether to stop early."""
         tc = self.cfg.train
-        scores = {}
-        if self.dist.is_main:
-            scores = validate(self.model, self.parts.tokenizers, self.parts.data.splits["valid"],
-                              self.valid_settings, self.device)
-        scores = all_gather_objects(scores, self.dist)[0]
-        if scores:
-            self.metrics.log("valid", self.state.step, **scores)
+        scores = validate(self.model, self.parts.tokenizers, self.parts.data.splits["valid"],
+                          self.valid_settings, self.device, dist=self.dist)  # the same scores on every rank
+        self.metrics.log("valid", self.state.step, **scores)  # rank 0 only: the log is off elsewhere
         is_best = record_validation(self.state, scores, tc.best_metric)
         self.save(is_best=is_best or not self.checkpoints.best_path.exists())
         return tc.patience > 0 and self.state.bad_validations >= tc.patience

@@ -1,7 +1,9 @@
 """Validation: teacher-forced loss on the valid split and sacreBLEU of decoded output.
 
 Every function takes the model, the split and scalars (or a ``DecodeConfig``), so the same code
-scores a model in training, a checkpoint at the end of a run, or anything a test builds.
+scores a model in training, a checkpoint at the end of a run, or anything a test builds. Under DDP
+every rank calls them with its ``DistInfo``: the valid set is sharded over ranks (loss batches and
+BLEU sentences), so no rank idles in a collective while rank 0 validates alone.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from torch import nn
 
 from mt.config import Config, DecodeConfig
 from mt.data import PAD_ID, TokenBatchSampler, TokenizedSplit, Tokenizers, collate
-from mt.eval.scoring import translate_and_score
+from mt.decode import Translator
+from mt.eval.metrics import score
+from mt.train.distributed import DistInfo, all_gather_objects, all_reduce_sum, broadcast_object
 from mt.train.loss import label_smoothed_nll_loss
+
+SINGLE = DistInfo()  # one process: no collectives
 
 
 @dataclass(frozen=True)
@@ -52,47 +58,83 @@ def validation_decode_config(decode: DecodeConfig, beam_size: int) -> DecodeConf
 @torch.inference_mode()
 def valid_loss(
     model: nn.Module, split: TokenizedSplit, device: torch.device, *,
-    max_tokens: int, pad_to_multiple: int = 8, label_smoothing: float = 0.0,
+    max_tokens: int, pad_to_multiple: int = 8, label_smoothing: float = 0.0, dist: DistInfo = SINGLE,
 ) -> dict[str, float]:
-    """Smoothed loss, NLL (bits per token) and perplexity over the whole ``split``; leaves ``model`` in eval mode."""
+    """Smoothed loss, NLL (bits per token) and perplexity over the whole ``split``; leaves ``model`` in eval mode.
+
+    With several ranks each scores every ``world_size``-th batch of the length-sorted list and the sums
+    (loss, NLL, tokens) are all-reduced, so every rank works and every rank returns the same scores.
+    """
     sampler = TokenBatchSampler(
         split.src_lens, split.tgt_lens, max_tokens, seed=0, shuffle=False, pad_to_multiple=pad_to_multiple,
-    )
+    )  # one rank's view of all batches (no equal-count splitting needed: one all-reduce at the end)
     model.eval()
     loss_sum = nll_sum = ntokens = 0.0
-    for indices in sampler.batches(0):
+    for indices in sampler.batches(0)[dist.rank :: dist.world_size]:
         batch = collate(split, indices, pad_to_multiple).to(device)
         logits = model(batch.src, batch.src_pad_mask, batch.tgt_in)  # (B, T, V)
         loss, nll = label_smoothed_nll_loss(logits, batch.tgt_out, label_smoothing, PAD_ID)
         loss_sum, nll_sum, ntokens = loss_sum + float(loss), nll_sum + float(nll), ntokens + batch.ntokens
+    loss_sum, nll_sum, ntokens = all_reduce_sum([loss_sum, nll_sum, ntokens], dist, device)
     ntokens = max(ntokens, 1.0)
     nll_bits = nll_sum / ntokens / math.log(2)
     return {"loss": loss_sum / ntokens / math.log(2), "nll_loss": nll_bits, "ppl": 2**nll_bits}
 
 
+def valid_translations(
+    model: nn.Module, tokenizers: Tokenizers, split: TokenizedSplit, decode_cfg: DecodeConfig, device: torch.device,
+    *, max_positions: int, max_sentences: int = 0, dist: DistInfo = SINGLE,
+) -> list[str]:
+    """Hypotheses for the sources of ``split`` (the first ``max_sentences``; 0 = all), in order, on every rank.
+
+    Rank ``r`` decodes sentences ``r, r + W, ...`` (a similar mix of lengths on every rank); the shares are
+    gathered and put back in order.
+    """
+    n = len(split) if max_sentences <= 0 else min(len(split), max_sentences)
+    mine = range(dist.rank, n, dist.world_size)
+    translator = Translator(model, tokenizers, decode_cfg, device, max_positions=max_positions)
+    shares = all_gather_objects(translator.translate([split.src_text[i] for i in mine]), dist)
+    hyps = [""] * n
+    for rank, share in enumerate(shares):
+        hyps[rank:n:dist.world_size] = share
+    return hyps
+
+
 def valid_bleu(
     model: nn.Module, tokenizers: Tokenizers, split: TokenizedSplit, decode_cfg: DecodeConfig, device: torch.device,
-    *, max_positions: int, max_sentences: int = 0,
+    *, max_positions: int, max_sentences: int = 0, dist: DistInfo = SINGLE,
 ) -> dict[str, float | str]:
-    """Decode the sources of ``split`` (the first ``max_sentences``; 0 = all) and score them: BLEU, chrF."""
-    n = len(split) if max_sentences <= 0 else min(len(split), max_sentences)
-    _, scores = translate_and_score(
-        model, tokenizers, decode_cfg, device, max_positions, list(split.src_text[:n]), list(split.tgt_text[:n]),
-    )
-    return scores
+    """Decode the sources of ``split`` (the first ``max_sentences``; 0 = all) and score them: BLEU, chrF.
+
+    With several ranks every rank decodes its share (``valid_translations``), rank 0 scores the whole
+    output once and every rank returns rank 0's scores.
+    """
+    hyps = valid_translations(model, tokenizers, split, decode_cfg, device,
+                              max_positions=max_positions, max_sentences=max_sentences, dist=dist)
+    scores: dict[str, float | str] = {}
+    if dist.is_main:
+        found = score(hyps, split.tgt_text[: len(hyps)])
+        scores = {"bleu": found["bleu"]["score"], "chrf": found["chrf"]["score"],
+                  "bleu_signature": found["bleu"]["signature"]}
+    return broadcast_object(scores, dist)
 
 
 def validate(
     model: nn.Module, tokenizers: Tokenizers, split: TokenizedSplit, settings: ValidationSettings,
-    device: torch.device,
+    device: torch.device, dist: DistInfo = SINGLE,
 ) -> dict[str, float | str]:
-    """Loss and (when ``settings.bleu``) BLEU scores of ``model`` on ``split``; the model is back in train mode."""
+    """Loss and (when ``settings.bleu``) BLEU scores of ``model`` on ``split``; the model is back in train mode.
+
+    Every rank of ``dist`` calls it with the same (unwrapped) model, does its share of the work and
+    gets the same scores.
+    """
     scores: dict[str, float | str] = dict(valid_loss(
         model, split, device, max_tokens=settings.max_tokens, pad_to_multiple=settings.pad_to_multiple,
-        label_smoothing=settings.label_smoothing,
+        label_smoothing=settings.label_smoothing, dist=dist,
     ))
     if settings.bleu:
         scores.update(valid_bleu(model, tokenizers, split, settings.decode, device,
-                                 max_positions=settings.max_positions, max_sentences=settings.max_sentences))
+                                 max_positions=settings.max_positions, max_sentences=settings.max_sentences,
+                                 dist=dist))
     model.train()
     return scores

@@ -1,12 +1,14 @@
 """The Transformer encoder-decoder: ``build_model`` and what decoding needs (see docs/ARCHITECTURE.md)."""
 
-from mt.model.attention import CachedKeys, MultiHeadAttention, attention, causal_mask, grouped_attention
+from mt.model.attention import CachedKeys, attention, causal_mask, grouped_attention
 from mt.model.beam_cache import BeamCache
 from mt.model.cache import DecoderCache, DecodingState, EncoderOut, KVBuffer, LayerKV
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, sinusoid_table
 from mt.model.encoder import Encoder
 from mt.model.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
+from mt.model.multihead import MultiHeadAttention
+from mt.model.rope import RotaryEmbedding
 from mt.model.seq2seq import Seq2SeqTransformer, build_model
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "LearnedPositions",
     "MultiHeadAttention",
     "Residual",
+    "RotaryEmbedding",
     "Seq2SeqTransformer",
     "SinusoidalPositions",
     "TransformerEmbedding",

@@ -289,3 +289,17 @@ def test_a_tiny_model_with_every_option_learns_to_copy() -> None:
     hyps = greedy(model, src, src_mask, max_len=tgt_out.size(1))
     exact = sum(h[: (t != PAD).sum()].tolist() == t[t != PAD].tolist() for h, t in zip(hyps, tgt_out, strict=True))
     assert exact >= 190, f"{exact}/200 exact, last loss {loss.item():.4f}"
+
+
+def test_modern_options_lists_what_exporters_must_refuse() -> None:
+    from mt.model import modern_options
+
+    assert modern_options(ModelConfig()) == []
+    assert modern_options(ModelConfig(pre_ln=True, activation="gelu", positions="learned", kv_heads=4)) == []
+    assert modern_options(ModelConfig(heads=4, **{**ALL, "kv_heads": 1})) == [
+        "model.norm=rmsnorm",
+        "model.activation=swiglu",
+        "model.positions=rope",
+        "model.kv_heads=1",
+        "model.qk_norm=true",
+    ]

@@ -9,7 +9,7 @@ from mt.model.encoder import Encoder
 from mt.model.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from mt.model.multihead import MultiHeadAttention
 from mt.model.rope import RotaryEmbedding
-from mt.model.seq2seq import Seq2SeqTransformer, build_model
+from mt.model.seq2seq import Seq2SeqTransformer, build_model, modern_options
 
 __all__ = [
     "BeamCache",
@@ -35,5 +35,6 @@ __all__ = [
     "build_model",
     "causal_mask",
     "grouped_attention",
+    "modern_options",
     "sinusoid_table",
 ]

@@ -116,3 +116,16 @@ def absolute_positions(cfg: ModelConfig) -> SinusoidalPositions | LearnedPositio
     if cfg.positions == "rope":
         return None
     raise ValueError(f"positions must be sinusoidal | learned | rope, got {cfg.positions!r}")
+
+
+def modern_options(cfg: ModelConfig) -> list[str]:
+    """The options of ``cfg`` beyond the paper's Transformer that change its layers' structure, as
+    overrides (``["model.norm=rmsnorm", "model.positions=rope", ...]``; empty for the paper's model,
+    including Pre-LN, GELU and learned positions); exporters refuse those they cannot represent.
+    ``model.activation=swiglu`` is listed too."""
+    found = [f"model.norm={cfg.norm}"] if cfg.norm != "layernorm" else []
+    found += [f"model.activation={cfg.activation}"] if cfg.activation == "swiglu" else []
+    found += ["model.positions=rope"] if cfg.positions == "rope" else []
+    found += [f"model.kv_heads={cfg.kv_heads}"] if cfg.kv_heads not in (0, cfg.heads) else []
+    found += ["model.qk_norm=true"] if cfg.qk_norm else []
+    return found

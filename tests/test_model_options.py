@@ -303,3 +303,23 @@ def test_modern_options_lists_what_exporters_must_refuse() -> None:
         "model.kv_heads=1",
         "model.qk_norm=true",
     ]
+
+
+@pytest.mark.parametrize("options", [ALL, {**ALL, "kv_heads": 1}], ids=["all", "all_mqa"])
+def test_cross_attention_weights_and_bf16_autocast(options: dict[str, Any]) -> None:
+    model = tiny(options)
+    src, pad, tgt = batch()
+    weights = model.cross_attention_weights(src, pad, tgt)  # (B, T, S), reference path with repeated K/V heads
+    assert weights.shape == (4, 6, 7) and torch.allclose(weights.sum(-1), torch.ones(4, 6))
+    assert bool((weights[0, :, -3:] == 0).all())  # padding gets no weight
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(src, pad, tgt)
+    logits.float().sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        full = model(src, pad, tgt)
+        enc, cache = model.encode(src, pad), model.new_cache()
+        cached = torch.cat([model.decode(tgt[:, t : t + 1], enc, cache) for t in range(tgt.size(1))], dim=1)
+    torch.testing.assert_close(cached.float(), full.float(), rtol=0.05, atol=0.05)

@@ -154,7 +154,9 @@ class MultiHeadAttention(nn.Module):
 
     @staticmethod
     def _normed(x: Tensor, norm: nn.RMSNorm | None) -> Tensor:
-        return x if norm is None else norm(x)
+        """qk-norm in its gain's dtype (under autocast float32, as autocast runs LayerNorm: a bf16 input
+        with an fp32 gain misses the fused kernel), the result in ``x``'s dtype."""
+        return x if norm is None else norm(x.to(norm.weight.dtype)).to(x.dtype)
 
     def _split_heads(self, x: Tensor, heads: int) -> Tensor:
         batch, length, _ = x.shape

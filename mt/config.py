@@ -96,9 +96,13 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    activation: str = "relu"  # relu | gelu
+    activation: str = "relu"  # relu | gelu | swiglu (gated FFN, Shazeer 2020)
+    swiglu_hidden: int = 0  # swiglu's hidden size; 0 = 2 * d_ff / 3 rounded to a multiple of 8
     pre_ln: bool = False  # False = Post-LN, as in the paper
-    learned_positions: bool = False
+    norm: str = "layernorm"  # layernorm | rmsnorm
+    positions: str = "sinusoidal"  # sinusoidal | learned | rope (rotary, in self-attention)
+    kv_heads: int = 0  # key/value heads; 0 = heads, 1 = multi-query, a divisor of heads = grouped-query
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys
     max_positions: int = 1024
     share_all_embeddings: bool = True  # needs a joint vocabulary; else decoder in/out tying only
 
@@ -212,9 +216,25 @@ def validate_group(name: str, group: Any) -> Any:
     return group
 
 
+def upgrade_stored_config(cfg: Any) -> Any:
+    """A config stored by an older version, in today's fields (a copy; ``cfg`` itself is not changed).
+
+    ``model.learned_positions: bool`` became ``model.positions``: true -> ``learned``, false -> the default.
+    """
+    model = cfg.get("model") if hasattr(cfg, "get") else None
+    if model is None or "learned_positions" not in model:
+        return cfg
+    cfg = OmegaConf.to_container(cfg) if not isinstance(cfg, dict) else {**cfg}
+    model = {**cfg["model"]}
+    if model.pop("learned_positions"):
+        model["positions"] = "learned"
+    cfg["model"] = model
+    return cfg
+
+
 def to_config(cfg: Any) -> Config:
     """Turn a composed DictConfig (or a plain dict from a checkpoint) into a typed, validated ``Config``."""
-    merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+    merged = OmegaConf.merge(OmegaConf.structured(Config), upgrade_stored_config(cfg))
     return validate(OmegaConf.to_object(merged))  # type: ignore[arg-type]
 
 

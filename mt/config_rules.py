@@ -104,7 +104,21 @@ RULES: dict[str, list[Rule]] = {
         fraction("dropout"),
         fraction("attention_dropout"),
         fraction("activation_dropout"),
-        one_of("activation", ("relu", "gelu")),
+        one_of("activation", ("relu", "gelu", "swiglu")),
+        at_least("swiglu_hidden", 0, "0 = 2 * d_ff / 3 rounded to a multiple of 8"),
+        one_of("norm", ("layernorm", "rmsnorm")),
+        one_of("positions", ("sinusoidal", "learned", "rope")),
+        Rule(
+            "positions",
+            lambda v, g: v != "rope" or g.heads <= 0 or g.d_model % g.heads or (g.d_model // g.heads) % 2 == 0,
+            "needs an even head dimension, model.d_model / model.heads = {g.d_model} / {g.heads}",
+        ),
+        at_least("kv_heads", 0, "0 = model.heads"),
+        Rule(
+            "kv_heads",
+            lambda v, g: v <= 0 or g.heads <= 0 or g.heads % v == 0,
+            "must divide model.heads={g.heads} (0 = heads, 1 = multi-query)",
+        ),
         positive("max_positions", "longest sequence the model accepts"),
     ],
     "optim": [

@@ -136,7 +136,7 @@ def test_cached_decode_reads_only_the_pad_mask_after_the_first_call() -> None:
     [
         dict(pre_ln=True),
         dict(activation="gelu", attention_dropout=0.1, activation_dropout=0.1),
-        dict(learned_positions=True, max_positions=32),
+        dict(positions="learned", max_positions=32),
         dict(share_all_embeddings=False),
     ],
     ids=["pre-ln", "gelu+dropouts", "learned-positions", "two-way-tying"],

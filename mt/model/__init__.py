@@ -1,13 +1,15 @@
 """The Transformer encoder-decoder: ``build_model`` and what decoding needs (see docs/ARCHITECTURE.md)."""
 
-from mt.model.attention import CachedKeys, MultiHeadAttention, attention, causal_mask, grouped_attention
+from mt.model.attention import CachedKeys, attention, causal_mask, grouped_attention
 from mt.model.beam_cache import BeamCache
 from mt.model.cache import DecoderCache, DecodingState, EncoderOut, KVBuffer, LayerKV
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, sinusoid_table
 from mt.model.encoder import Encoder
 from mt.model.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
-from mt.model.seq2seq import Seq2SeqTransformer, build_model
+from mt.model.multihead import MultiHeadAttention
+from mt.model.rope import RotaryEmbedding
+from mt.model.seq2seq import Seq2SeqTransformer, build_model, modern_options
 
 __all__ = [
     "BeamCache",
@@ -25,6 +27,7 @@ __all__ = [
     "LearnedPositions",
     "MultiHeadAttention",
     "Residual",
+    "RotaryEmbedding",
     "Seq2SeqTransformer",
     "SinusoidalPositions",
     "TransformerEmbedding",
@@ -32,5 +35,6 @@ __all__ = [
     "build_model",
     "causal_mask",
     "grouped_attention",
+    "modern_options",
     "sinusoid_table",
 ]

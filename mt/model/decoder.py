@@ -11,7 +11,7 @@ from mt.model.layers import DecoderLayer
 
 
 class Decoder(nn.Module):
-    """Embedding, N ``DecoderLayer``s, a final LayerNorm for Pre-LN, and the output projection.
+    """Embedding, N ``DecoderLayer``s, a final norm for Pre-LN, and the output projection.
 
     The output projection (section 3.4) is ``logits = h @ W^T`` with ``W`` the target embedding matrix
     (V, D) itself and no bias: input and output embeddings are always tied, so there is no separate
@@ -22,7 +22,7 @@ class Decoder(nn.Module):
         self,
         embedding: TransformerEmbedding,
         layers: list[DecoderLayer],
-        final_norm: nn.LayerNorm | None,
+        final_norm: nn.Module | None,
     ) -> None:
         super().__init__()
         self.embedding = embedding
@@ -52,7 +52,7 @@ class Decoder(nn.Module):
         else:
             steps = cache.start_call(tgt_in.size(0), tgt_in.size(1), enc, x.dtype)  # masks built once per call
             for layer, step in zip(self.layers, steps, strict=True):
-                x = layer(x, enc.out, None, step)
+                x = layer(x, enc.out, None, step, start)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return F.linear(x, self.output_weight)  # (B, T, V)

@@ -85,11 +85,12 @@ class TransformerEmbedding(nn.Module):
     """Token embedding * sqrt(D) + positional encoding, then dropout (sections 3.4, 3.5, 5.4).
 
     The token ``nn.Embedding`` is injected so the encoder, the decoder and the output projection can
-    share one matrix (section 3.4, weight tying).
+    share one matrix (section 3.4, weight tying). ``positions=None``: nothing is added (rotary
+    positions, ``mt.model.rope``, live in the self-attention instead).
     """
 
     def __init__(
-        self, token: nn.Embedding, positions: SinusoidalPositions | LearnedPositions, *, dropout: float
+        self, token: nn.Embedding, positions: SinusoidalPositions | LearnedPositions | None, *, dropout: float
     ) -> None:
         super().__init__()
         self.token = token
@@ -100,5 +101,6 @@ class TransformerEmbedding(nn.Module):
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
         """tokens (B, T) at positions ``start ..`` -> (B, T, D)."""
         x = self.token(tokens) * self.scale  # (B, T, D)
-        x = x + self.positions(start, tokens.size(1)).to(x.dtype)  # (T, D) broadcast over B
+        if self.positions is not None:
+            x = x + self.positions(start, tokens.size(1)).to(x.dtype)  # (T, D) broadcast over B
         return self.dropout(x)

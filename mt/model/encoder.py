@@ -9,10 +9,10 @@ from mt.model.layers import EncoderLayer
 
 
 class Encoder(nn.Module):
-    """Embedding, N ``EncoderLayer``s and, for Pre-LN, a final LayerNorm (``final_norm=None`` for Post-LN)."""
+    """Embedding, N ``EncoderLayer``s and, for Pre-LN, a final norm (``final_norm=None`` for Post-LN)."""
 
     def __init__(
-        self, embedding: TransformerEmbedding, layers: list[EncoderLayer], final_norm: nn.LayerNorm | None
+        self, embedding: TransformerEmbedding, layers: list[EncoderLayer], final_norm: nn.Module | None
     ) -> None:
         super().__init__()
         self.embedding = embedding

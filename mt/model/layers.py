@@ -3,34 +3,61 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from torch import Tensor, nn
 
-from mt.model.attention import AttentionCache, MultiHeadAttention
+from mt.model.attention import AttentionCache
+from mt.model.multihead import MultiHeadAttention
+from mt.model.norms import make_norm
+from mt.model.rope import RotaryEmbedding
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
+GATED = ("swiglu",)
+
+
+def swiglu_hidden_size(d_ff: int, override: int = 0) -> int:
+    """The SwiGLU hidden size: ``override`` if > 0, else 2 d_ff / 3 rounded to the nearest multiple of 8
+    (at least 8), so that its three matrices hold about as many weights as the ReLU FFN's two."""
+    return override if override > 0 else max(8, 8 * round(2 * d_ff / 3 / 8))
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward network FFN(x) = W2 act(W1 x + b1) + b2 (section 3.3)."""
+    """Position-wise feed-forward network FFN(x) = W2 act(W1 x + b1) + b2 (section 3.3).
+
+    ``activation="swiglu"`` (Shazeer 2020, "GLU Variants Improve Transformer"): the gated
+    FFN(x) = W2 (silu(W1 x + b1) * (W3 x + b3)) + b2 with hidden size ``swiglu_hidden_size(d_ff, hidden)``.
+    """
 
     def __init__(
-        self, d_model: int, d_ff: int, *, activation: str = "relu", activation_dropout: float = 0.0
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        activation: str = "relu",
+        activation_dropout: float = 0.0,
+        swiglu_hidden: int = 0,
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.fc1 = nn.Linear(d_model, d_ff)
-        self.activation = ACTIVATIONS[activation]()
+        if activation not in ACTIVATIONS and activation not in GATED:
+            raise ValueError(f"activation must be one of {sorted([*ACTIVATIONS, *GATED])}, got {activation!r}")
+        gated = activation in GATED
+        hidden = swiglu_hidden_size(d_ff, swiglu_hidden) if gated else d_ff
+        self.fc1 = nn.Linear(d_model, hidden)
+        self.activation = nn.SiLU() if gated else ACTIVATIONS[activation]()
+        self.gate = nn.Linear(d_model, hidden) if gated else None  # W3, the linear half of the GLU
         self.dropout = nn.Dropout(activation_dropout)
-        self.fc2 = nn.Linear(d_ff, d_model)
-        for linear in (self.fc1, self.fc2):
+        self.fc2 = nn.Linear(hidden, d_model)
+        for linear in (self.fc1, self.fc2) if self.gate is None else (self.fc1, self.gate, self.fc2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, D) -> (B, T, D)."""
-        return self.fc2(self.dropout(self.activation(self.fc1(x))))  # (B, T, d_ff) inside
+        h = self.activation(self.fc1(x))  # (B, T, hidden)
+        if self.gate is not None:
+            h = h * self.gate(x)
+        return self.fc2(self.dropout(h))
 
 
 class Residual(nn.Module):
@@ -38,12 +65,13 @@ class Residual(nn.Module):
 
     Post-LN (the paper): ``LN(x + Dropout(f(x)))``. Pre-LN (Xiong et al. 2020, "On Layer Normalization
     in the Transformer Architecture"): ``x + Dropout(f(LN(x)))``, which trains without warmup
-    trouble; its stack then needs a final LayerNorm (see ``Encoder``/``Decoder``).
+    trouble; its stack then needs a final LayerNorm (see ``Encoder``/``Decoder``). ``norm`` picks
+    LayerNorm or RMSNorm (``mt.model.norms``) for either placement.
     """
 
-    def __init__(self, d_model: int, *, dropout: float, pre_ln: bool) -> None:
+    def __init__(self, d_model: int, *, dropout: float, pre_ln: bool, norm: str = "layernorm") -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = make_norm(norm, d_model)
         self.dropout = nn.Dropout(dropout)
         self.pre_ln = pre_ln
 
@@ -71,12 +99,21 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         activation_dropout: float = 0.0,
         pre_ln: bool = False,
+        norm: str = "layernorm",
+        swiglu_hidden: int = 0,
+        kv_heads: int = 0,
+        qk_norm: bool = False,
+        rope: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, self_attention=True, dropout=attention_dropout)
-        self.ffn = FeedForward(d_model, d_ff, activation=activation, activation_dropout=activation_dropout)
-        self.self_attn_res = Residual(d_model, dropout=dropout, pre_ln=pre_ln)
-        self.ffn_res = Residual(d_model, dropout=dropout, pre_ln=pre_ln)
+        attn: dict[str, Any] = dict(dropout=attention_dropout, kv_heads=kv_heads, qk_norm=qk_norm)
+        res: dict[str, Any] = dict(dropout=dropout, pre_ln=pre_ln, norm=norm)
+        self.self_attn = MultiHeadAttention(d_model, heads, self_attention=True, rope=rope, **attn)
+        self.ffn = FeedForward(
+            d_model, d_ff, activation=activation, activation_dropout=activation_dropout, swiglu_hidden=swiglu_hidden
+        )
+        self.self_attn_res = Residual(d_model, **res)
+        self.ffn_res = Residual(d_model, **res)
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         """x (B, S, D); mask: bool (B, 1, 1, S), True = may attend -> (B, S, D)."""
@@ -101,22 +138,37 @@ class DecoderLayer(nn.Module):
         activation: str = "relu",
         activation_dropout: float = 0.0,
         pre_ln: bool = False,
+        norm: str = "layernorm",
+        swiglu_hidden: int = 0,
+        kv_heads: int = 0,
+        qk_norm: bool = False,
+        rope: RotaryEmbedding | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, self_attention=True, dropout=attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, heads, self_attention=False, dropout=attention_dropout)
-        self.ffn = FeedForward(d_model, d_ff, activation=activation, activation_dropout=activation_dropout)
-        self.self_attn_res = Residual(d_model, dropout=dropout, pre_ln=pre_ln)
-        self.cross_attn_res = Residual(d_model, dropout=dropout, pre_ln=pre_ln)
-        self.ffn_res = Residual(d_model, dropout=dropout, pre_ln=pre_ln)
+        attn: dict[str, Any] = dict(dropout=attention_dropout, kv_heads=kv_heads, qk_norm=qk_norm)
+        res: dict[str, Any] = dict(dropout=dropout, pre_ln=pre_ln, norm=norm)
+        self.self_attn = MultiHeadAttention(d_model, heads, self_attention=True, rope=rope, **attn)
+        self.cross_attn = MultiHeadAttention(d_model, heads, self_attention=False, **attn)
+        self.ffn = FeedForward(
+            d_model, d_ff, activation=activation, activation_dropout=activation_dropout, swiglu_hidden=swiglu_hidden
+        )
+        self.self_attn_res = Residual(d_model, **res)
+        self.cross_attn_res = Residual(d_model, **res)
+        self.ffn_res = Residual(d_model, **res)
 
     def forward(
-        self, x: Tensor, memory: Tensor, memory_mask: Tensor | None, cache: AttentionCache | None = None
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor | None,
+        cache: AttentionCache | None = None,
+        start: int = 0,
     ) -> Tensor:
-        """x (B, T, D); memory (B, S, D); memory_mask: bool (B, 1, 1, S), True = may attend -> (B, T, D).
+        """x (B, T, D) at positions ``start ..``; memory (B, S, D); memory_mask: bool (B, 1, 1, S), True =
+        may attend -> (B, T, D).
 
         With a ``cache`` (incremental decoding) the masks come from it and ``memory_mask`` is unused."""
-        x = self.self_attn_res(x, lambda h: self.self_attn(h, is_causal=True, cache=cache))
+        x = self.self_attn_res(x, lambda h: self.self_attn(h, is_causal=True, cache=cache, start=start))
         x = self.cross_attn_res(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, cache=cache))
         return self.ffn_res(x, self.ffn)
 

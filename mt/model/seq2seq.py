@@ -13,6 +13,8 @@ from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, token_embedding
 from mt.model.encoder import Encoder
 from mt.model.layers import DecoderLayer, EncoderLayer
+from mt.model.norms import make_norm
+from mt.model.rope import RotaryEmbedding
 
 
 class Seq2SeqTransformer(nn.Module):
@@ -73,8 +75,9 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 
     src_token = tgt_token if cfg.share_all_embeddings else token_embedding(src_vocab, cfg.d_model, pad_id)
 
     def embedding(token: nn.Embedding) -> TransformerEmbedding:
-        positions_cls = LearnedPositions if cfg.learned_positions else SinusoidalPositions
-        return TransformerEmbedding(token, positions_cls(cfg.d_model, cfg.max_positions), dropout=cfg.dropout)
+        return TransformerEmbedding(token, absolute_positions(cfg), dropout=cfg.dropout)
+
+    rope = RotaryEmbedding(cfg.d_model // cfg.heads, cfg.max_positions) if cfg.positions == "rope" else None
 
     layer_kwargs: dict[str, Any] = dict(
         d_model=cfg.d_model,
@@ -85,10 +88,15 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 
         activation=cfg.activation,
         activation_dropout=cfg.activation_dropout,
         pre_ln=cfg.pre_ln,
+        norm=cfg.norm,
+        swiglu_hidden=cfg.swiglu_hidden,
+        kv_heads=cfg.kv_heads,
+        qk_norm=cfg.qk_norm,
+        rope=rope,
     )
 
-    def final_norm() -> nn.LayerNorm | None:  # Pre-LN leaves the residual stream unnormalised
-        return nn.LayerNorm(cfg.d_model) if cfg.pre_ln else None
+    def final_norm() -> nn.Module | None:  # Pre-LN leaves the residual stream unnormalised
+        return make_norm(cfg.norm, cfg.d_model) if cfg.pre_ln else None
 
     encoder = Encoder(
         embedding(src_token), [EncoderLayer(**layer_kwargs) for _ in range(cfg.encoder_layers)], final_norm()
@@ -97,3 +105,27 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 
         embedding(tgt_token), [DecoderLayer(**layer_kwargs) for _ in range(cfg.decoder_layers)], final_norm()
     )
     return Seq2SeqTransformer(encoder, decoder)
+
+
+def absolute_positions(cfg: ModelConfig) -> SinusoidalPositions | LearnedPositions | None:
+    """The positional encoding added to the embeddings (None for rotary positions, in the attention)."""
+    if cfg.positions == "sinusoidal":
+        return SinusoidalPositions(cfg.d_model, cfg.max_positions)
+    if cfg.positions == "learned":
+        return LearnedPositions(cfg.d_model, cfg.max_positions)
+    if cfg.positions == "rope":
+        return None
+    raise ValueError(f"positions must be sinusoidal | learned | rope, got {cfg.positions!r}")
+
+
+def modern_options(cfg: ModelConfig) -> list[str]:
+    """The options of ``cfg`` beyond the paper's Transformer that change its layers' structure, as
+    overrides (``["model.norm=rmsnorm", "model.positions=rope", ...]``; empty for the paper's model,
+    including Pre-LN, GELU and learned positions); exporters refuse those they cannot represent.
+    ``model.activation=swiglu`` is listed too."""
+    found = [f"model.norm={cfg.norm}"] if cfg.norm != "layernorm" else []
+    found += [f"model.activation={cfg.activation}"] if cfg.activation == "swiglu" else []
+    found += ["model.positions=rope"] if cfg.positions == "rope" else []
+    found += [f"model.kv_heads={cfg.kv_heads}"] if cfg.kv_heads not in (0, cfg.heads) else []
+    found += ["model.qk_norm=true"] if cfg.qk_norm else []
+    return found

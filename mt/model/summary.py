@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from mt.config import CONF_DIR, ModelConfig
+from mt.model.layers import GATED, swiglu_hidden_size
 from mt.model.seq2seq import Seq2SeqTransformer, build_model
 
 COMPONENTS = ("embeddings", "encoder", "decoder")
@@ -37,21 +38,50 @@ def count_parameters(model: Seq2SeqTransformer) -> dict[str, int]:
 
 
 def count_parameters_closed_form(
-    N_enc: int, N_dec: int, d: int, d_ff: int, V: int, shared: bool = True
+    N_enc: int,
+    N_dec: int,
+    d: int,
+    d_ff: int,
+    V: int,
+    shared: bool = True,
+    *,
+    heads: int = 1,
+    kv_heads: int = 0,
+    pre_ln: bool = False,
+    norm: str = "layernorm",
+    activation: str = "relu",
+    swiglu_hidden: int = 0,
+    positions: str = "sinusoidal",
+    max_positions: int = 1024,
+    qk_norm: bool = False,
 ) -> dict[str, int]:
-    """The same counts as ``count_parameters`` for a Post-LN model with sinusoidal positions.
+    """The same counts as ``count_parameters``, by formula (defaults: Post-LN, sinusoidal positions).
 
     Encoder layer: Q, K, V, O (4 d^2 + 4d), FFN (2 d d_ff + d_ff + d), 2 LayerNorms (4d).
     Decoder layer: two attentions (8 d^2 + 8d), FFN, 3 LayerNorms (6d). Embeddings: one V x d matrix
     (``shared``: encoder = decoder = output projection) or two (source and target, both of size V).
+    Options: ``kv_heads`` (Hkv heads of d / heads: K and V are d x Hkv Dh each), ``qk_norm`` (2 Dh gains
+    per attention), ``norm="rmsnorm"`` (d per norm, no shift), ``activation="swiglu"`` (three matrices
+    d x h and biases 2h + d, h = ``swiglu_hidden_size``), ``pre_ln`` (a final norm per stack),
+    ``positions="learned"`` (a max_positions x d table per stack; rope has no parameters).
     """
+    head_dim = d // heads
+    kv = (kv_heads or heads) * head_dim
+    attn_w, attn_b = 2 * d * d + 2 * d * kv, 2 * d + 2 * kv + (2 * head_dim if qk_norm else 0)
+    if activation in GATED:
+        hidden = swiglu_hidden_size(d_ff, swiglu_hidden)
+        ffn_w, ffn_b = 3 * d * hidden, 2 * hidden + d
+    else:
+        ffn_w, ffn_b = 2 * d * d_ff, d_ff + d
+    norm_b = 2 * d if norm == "layernorm" else d
+    final = norm_b if pre_ln else 0
     counts = {
-        "embeddings_weights": V * d * (1 if shared else 2),
+        "embeddings_weights": V * d * (1 if shared else 2) + (2 * max_positions * d if positions == "learned" else 0),
         "embeddings_biases": 0,
-        "encoder_weights": N_enc * (4 * d * d + 2 * d * d_ff),
-        "encoder_biases": N_enc * (4 * d + d_ff + d + 4 * d),
-        "decoder_weights": N_dec * (8 * d * d + 2 * d * d_ff),
-        "decoder_biases": N_dec * (8 * d + d_ff + d + 6 * d),
+        "encoder_weights": N_enc * (attn_w + ffn_w),
+        "encoder_biases": N_enc * (attn_b + ffn_b + 2 * norm_b) + final,
+        "decoder_weights": N_dec * (2 * attn_w + ffn_w),
+        "decoder_biases": N_dec * (2 * attn_b + ffn_b + 3 * norm_b) + final,
     }
     counts["weights"] = sum(counts[f"{c}_weights"] for c in COMPONENTS)
     counts["biases"] = sum(counts[f"{c}_biases"] for c in COMPONENTS)
@@ -59,9 +89,20 @@ def count_parameters_closed_form(
     return counts
 
 
-def kv_cache_values_per_token(decoder_layers: int, d_model: int) -> int:
-    """Self-attention K and V values added per generated token, per sentence per beam, all layers."""
-    return 2 * decoder_layers * d_model
+def closed_form_for(cfg: ModelConfig, V: int) -> dict[str, int]:
+    """``count_parameters_closed_form`` for the model ``cfg`` describes (vocabulary V on both sides)."""
+    return count_parameters_closed_form(
+        cfg.encoder_layers, cfg.decoder_layers, cfg.d_model, cfg.d_ff, V, cfg.share_all_embeddings,
+        heads=cfg.heads, kv_heads=cfg.kv_heads, pre_ln=cfg.pre_ln, norm=cfg.norm, activation=cfg.activation,
+        swiglu_hidden=cfg.swiglu_hidden, positions=cfg.positions, max_positions=cfg.max_positions,
+        qk_norm=cfg.qk_norm,
+    )  # fmt: skip
+
+
+def kv_cache_values_per_token(decoder_layers: int, d_model: int, heads: int = 1, kv_heads: int = 0) -> int:
+    """Self-attention K and V values added per generated token, per sentence per beam, all layers
+    (grouped-query attention: ``kv_heads`` of the ``heads`` heads, i.e. heads / kv_heads times fewer)."""
+    return 2 * decoder_layers * (kv_heads or heads) * (d_model // heads)
 
 
 def load_model_config(name: str) -> ModelConfig:
@@ -82,6 +123,8 @@ def summary(cfg: ModelConfig, src_vocab: int, tgt_vocab: int | None = None) -> s
     lines = [
         f"{cfg.name}: {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
         f"d_ff {cfg.d_ff}, {cfg.heads} heads, vocab {src_vocab} -> {tgt_vocab}, tying {tying}",
+        f"{'Pre' if cfg.pre_ln else 'Post'}-LN {cfg.norm}, {cfg.activation}, {cfg.positions} positions, "
+        f"{cfg.kv_heads or cfg.heads} K/V heads{', qk-norm' if cfg.qk_norm else ''}",
         f"{'component':<12}{'weight matrices':>18}{'biases+LayerNorm':>18}{'total':>16}",
     ]
     counts["total_weights"], counts["total_biases"] = counts["weights"], counts["biases"]
@@ -89,12 +132,13 @@ def summary(cfg: ModelConfig, src_vocab: int, tgt_vocab: int | None = None) -> s
         w, b = counts[f"{c}_weights"], counts[f"{c}_biases"]
         lines.append(f"{c:<12}{w:>18,}{b:>18,}{w + b:>16,}")
     n = counts["total"]
-    kv = kv_cache_values_per_token(cfg.decoder_layers, cfg.d_model)
+    kv = kv_cache_values_per_token(cfg.decoder_layers, cfg.d_model, cfg.heads, cfg.kv_heads)
+    kv_width = (cfg.kv_heads or cfg.heads) * (cfg.d_model // cfg.heads)
     lines += [
         f"parameter bytes: fp32 {4 * n:,} ({4 * n / 2**20:.1f} MiB), "
         f"bf16 {2 * n:,} ({2 * n / 2**20:.1f} MiB)",
         f"KV cache per generated token, per sentence per beam: self-attention K+V, {cfg.decoder_layers} "
-        f"layers x 2 x {cfg.d_model} = {kv:,} values",
+        f"layers x 2 x {kv_width} = {kv:,} values",
         f"  = {4 * kv:,} B fp32, {2 * kv:,} B bf16 (cross-attention K+V: the same per source token, once)",
     ]
     return "\n".join(lines)

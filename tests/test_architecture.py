@@ -19,8 +19,7 @@ MT = Path(__file__).resolve().parents[1] / "mt"
 # unit (a package, or a top-level module) -> the units it may import (itself always allowed)
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
-    "config": {"errors", "config_rules"},
-    "config_rules": {"errors"},
+    "config": {"errors"},  # mt/config.py and mt/config_rules.py
     "device": {"errors"},
     "data": {"errors", "config"},
     "model": {"config"},
@@ -33,9 +32,13 @@ MAY_IMPORT: dict[str, set[str]] = {
 }
 
 
+SAME_UNIT = {"config_rules": "config"}  # the rule table is part of the config unit
+
+
 def unit_of(path: Path) -> str:
     rel = path.relative_to(MT)
-    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+    name = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+    return SAME_UNIT.get(name, name)
 
 
 def mt_imports(path: Path) -> set[str]:
@@ -47,7 +50,7 @@ def mt_imports(path: Path) -> set[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module] + ([f"mt.{a.name}" for a in node.names] if node.module == "mt" else [])
-        found |= {name.split(".")[1] for name in names if name.startswith("mt.")}
+        found |= {SAME_UNIT.get(n, n) for n in (name.split(".")[1] for name in names if name.startswith("mt."))}
     return found
 
 

@@ -54,7 +54,7 @@ def test_position_table_is_the_models_own(tmp_path):
     cfg = tiny_config(tmp_path)
     model = build_model(cfg.model, 40, 40)
     assert torch.equal(position_table(model.encoder.embedding), sinusoid_table(torch.arange(256), 32))
-    learned = build_model(tiny_config(tmp_path, "model.learned_positions=true").model, 40, 40)
+    learned = build_model(tiny_config(tmp_path, "model.positions=learned").model, 40, 40)
     table = position_table(learned.decoder.embedding)
     assert torch.equal(table, learned.decoder.embedding.positions.embedding.weight) and not table.requires_grad
 
@@ -78,3 +78,19 @@ def test_a_failed_export_leaves_no_half_written_directory(tmp_path):
         (out / "model.bin").write_text("partial")
         raise RuntimeError("boom")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("exporter", ["ctranslate2", "hf"])
+@pytest.mark.parametrize(
+    "override", ["model.norm=rmsnorm", "model.positions=rope", "model.kv_heads=2", "model.qk_norm=true"]
+)
+def test_modern_options_are_refused(tmp_path, exporter, override):
+    from mt.export.ctranslate2 import build_spec
+    from mt.export.hf import check_supported
+
+    cfg = tiny_config(tmp_path, override)
+    with pytest.raises(ExportError, match=override):
+        if exporter == "hf":
+            check_supported(type("Source", (), {"cfg": cfg})())
+        else:
+            build_spec(build_model(cfg.model, 40, 40), cfg.model, ["x"] * 40, ["x"] * 40)

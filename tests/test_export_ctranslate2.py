@@ -142,7 +142,7 @@ def mt_log_probs(ckpt, src_ids: list[list[int]], tgt_ids: list[list[int]]) -> li
     [
         ("model.pre_ln=true",),
         ("data.joint_vocab=false", "model.share_all_embeddings=false"),
-        ("model.learned_positions=true", "model.activation=gelu"),
+        ("model.positions=learned", "model.activation=gelu"),
     ],
     ids=["pre_ln", "separate_vocab", "learned_positions_gelu"],
 )

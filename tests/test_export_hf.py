@@ -131,7 +131,7 @@ def test_beam_generate_with_the_exported_settings_agrees_on_95_percent(demo, exp
     "overrides",
     [
         ("data.joint_vocab=false", "model.share_all_embeddings=false"),
-        ("model.learned_positions=true", "model.activation=gelu"),
+        ("model.positions=learned", "model.activation=gelu"),
     ],
     ids=["separate_vocab", "learned_positions_gelu"],
 )

@@ -34,7 +34,7 @@ from mt.export.common import (
     search_defaults,
 )
 from mt.export.readme import ct2_readme
-from mt.model import Seq2SeqTransformer
+from mt.model import Seq2SeqTransformer, modern_options
 
 BAN_LOGIT = -1.0e4  # an output bias that makes a token's probability exactly 0 (exp underflows), fp16-safe
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU"}  # CTranslate2's GELU is the erf form, as torch's nn.GELU
@@ -86,6 +86,9 @@ def build_spec(model: Seq2SeqTransformer, cfg: ModelConfig, src_pieces: list[str
     transformer_spec = need("ctranslate2.specs.transformer_spec", "ctranslate2")
     if cfg.activation not in ACTIVATIONS:
         raise ExportError(f"model.activation={cfg.activation} has no CTranslate2 equivalent (relu, gelu)")
+    unsupported = ", ".join(modern_options(cfg))
+    if unsupported:
+        raise ExportError(f"{unsupported}: not supported by the CTranslate2 export (export a model without it)")
     layers = (len(model.encoder.layers), len(model.decoder.layers))
     spec = transformer_spec.TransformerSpec.from_config(
         layers, cfg.heads, pre_norm=cfg.pre_ln, activation=getattr(common_spec.Activation, ACTIVATIONS[cfg.activation])

@@ -45,6 +45,7 @@ from mt.export.common import (
     search_defaults,
 )
 from mt.export.readme import hf_readme
+from mt.model import modern_options
 
 ACTIVATIONS = ("relu", "gelu")  # transformers' "gelu" is the erf form, as torch's nn.GELU
 
@@ -59,6 +60,9 @@ def check_supported(source: ExportSource) -> None:
         )
     if model.activation not in ACTIVATIONS:
         raise ExportError(f"model.activation={model.activation} has no Marian equivalent ({', '.join(ACTIVATIONS)})")
+    unsupported = ", ".join(modern_options(model))
+    if unsupported:
+        raise ExportError(f"{unsupported} cannot be exported to Hugging Face: MarianMTModel has no such option")
 
 
 def marian_config(source: ExportSource):

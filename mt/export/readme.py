@@ -13,7 +13,7 @@ def _origin(source: ExportSource) -> str:
     return (
         f"Exported by `mt-export` from `{source.path}`: {m.encoder_layers}+{m.decoder_layers} layers, "
         f"d_model {m.d_model}, {m.heads} heads, {'Pre' if m.pre_ln else 'Post'}-LN, {m.activation}, "
-        f"{'learned' if m.learned_positions else 'sinusoidal'} positions (up to {m.max_positions}), {vocab} "
+        f"{m.positions} positions (up to {m.max_positions}), {vocab} "
         f"({source.cfg.data.src_lang} -> {source.cfg.data.tgt_lang})."
     )
 

@@ -24,13 +24,13 @@ lengths to ``--required-seq-len-multiple`` (default 1) and rounds batch *sizes* 
 Each side trains its own joint 8k BPE on the same training text, so sentences are split into slightly
 different piece counts; the figures are target tokens (pieces + EOS, padding excluded) of each side's own.
 
-The timers, measured over intervals of 20 updates (fairseq's ``--log-interval`` in ``train_fairseq.sh``):
+The timers, over intervals of ``--interval`` updates (default 20, as ``--log-interval`` in ``train_fairseq.sh``):
 
 - fairseq: its logged ``wps``/``ups`` of each ``train_inner`` line after the warmup: wall time from the
   reset of the meters after the previous log line to the end of the interval's last ``train_step`` (data
   iterator + collate, forward, loss, backward, gradient normalisation and norm, Adam step, lr update,
   fairseq's metrics bookkeeping; not the printing of the log line);
-- mt: the same span, timed here with ``perf_counter`` around 20 consecutive updates: batch indices (a new
+- mt: the same span, timed here with ``perf_counter`` around ``--interval`` consecutive updates: batch indices (a new
   epoch's batching when one ends), ``collate``, lr update, ``train_step`` (forward, loss, backward,
   gradient normalisation and norm, Adam step), the loop's bookkeeping; not its one printed line per interval.
 
@@ -55,7 +55,7 @@ from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
-LOG_INTERVAL = 20  # fairseq's --log-interval in train_fairseq.sh; mt's intervals have the same length
+LOG_INTERVAL = 20  # fairseq's --log-interval in train_fairseq.sh (the default of --interval)
 BUSY_PERCENT = 50.0  # of one core
 # fairseq spends no time on validation or checkpoints; mt's worker does neither.
 FAIRSEQ_BENCH_ARGS = ("--no-save", "--disable-validation")
@@ -191,7 +191,7 @@ def run_fairseq(args: argparse.Namespace, name: str, updates: int, paths: dict[s
     spec = MODELS[name]
     env = thread_env(args.threads) | {
         "RUN": spec.run, "RESET": "1", "MAX_UPDATE": str(args.warmup + updates),
-        "EXTRA_ARGS": shlex.join([*spec.fairseq_args, *FAIRSEQ_BENCH_ARGS]),
+        "EXTRA_ARGS": shlex.join([*spec.fairseq_args, *FAIRSEQ_BENCH_ARGS, "--log-interval", str(args.interval)]),
     }
     env.pop("BUDGET_MIN", None)
     out = args.work_dir / f"fairseq_{name}.out"
@@ -203,8 +203,9 @@ def run_fairseq(args: argparse.Namespace, name: str, updates: int, paths: dict[s
     if rc != 0:
         raise SystemExit(f"fairseq-train failed (rc={rc}): see {log} and {out}")
     intervals = fairseq_intervals(log.read_text(encoding="utf-8", errors="replace"), args.warmup)
-    if len(intervals) != updates // LOG_INTERVAL:
-        raise SystemExit(f"expected {updates // LOG_INTERVAL} timed train_inner lines in {log}, found {len(intervals)}")
+    if len(intervals) != updates // args.interval:
+        expected = updates // args.interval
+        raise SystemExit(f"expected {expected} timed train_inner lines in {log}, found {len(intervals)}")
     usage = timing.parse_time_v(paths["PEERS_LOGS"] / f"train_{spec.run}.time")
     return {
         "tokens_per_s": median_of(intervals, "wps"), "updates_per_s": median_of(intervals, "ups"),
@@ -220,7 +221,8 @@ def run_mt(args: argparse.Namespace, name: str, updates: int, timing: ModuleType
     result = args.work_dir / f"mt_{name}.json"
     cmd = [
         sys.executable, str(Path(__file__).resolve()), "--mt-worker", name, "--updates", str(updates),
-        "--warmup", str(args.warmup), "--threads", str(args.threads), "--data-dir", str(args.data_dir),
+        "--warmup", str(args.warmup), "--interval", str(args.interval), "--threads", str(args.threads),
+        "--data-dir", str(args.data_dir),
         "--cache-dir", str(args.cache_dir), "--worker-out", str(result),
     ]
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # this checkout's mt
@@ -237,7 +239,7 @@ def run_mt(args: argparse.Namespace, name: str, updates: int, timing: ModuleType
 
 
 def mt_worker(args: argparse.Namespace) -> None:
-    """Warmup, then ``--updates`` timed updates in intervals of LOG_INTERVAL; the intervals as JSON."""
+    """Warmup, then ``--updates`` timed updates in intervals of ``--interval``; the intervals as JSON."""
     import torch
 
     from mt.config import compose
@@ -282,13 +284,13 @@ def mt_worker(args: argparse.Namespace) -> None:
         for step in range(args.warmup + 1, args.warmup + args.updates + 1):
             ntok, nsent, skip = update(step)
             tokens, sentences, skipped = tokens + ntok, sentences + nsent, skipped + skip
-            if (step - args.warmup) % LOG_INTERVAL == 0:
+            if (step - args.warmup) % args.interval == 0:
                 seconds = time.perf_counter() - t0
                 intervals.append({
-                    "num_updates": step, "wps": tokens / seconds, "ups": LOG_INTERVAL / seconds,
-                    "wpb": tokens / LOG_INTERVAL, "bsz": sentences / LOG_INTERVAL, "skipped": skipped,
+                    "num_updates": step, "wps": tokens / seconds, "ups": args.interval / seconds,
+                    "wpb": tokens / args.interval, "bsz": sentences / args.interval, "skipped": skipped,
                 })
-                print(f"num_updates={step} wps={tokens / seconds:.1f} ups={LOG_INTERVAL / seconds:.3f}", flush=True)
+                print(f"num_updates={step} wps={tokens / seconds:.1f} ups={args.interval / seconds:.3f}", flush=True)
                 tokens = sentences = skipped = 0
                 t0 = time.perf_counter()
     Path(args.worker_out).write_text(json.dumps({"intervals": intervals}))
@@ -323,7 +325,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pairs", type=int, default=3, help="fairseq/mt pairs per model (alternated)")
     p.add_argument("--updates-small", type=int, default=MODELS["transformer_small"].default_updates)
     p.add_argument("--updates-mini", type=int, default=MODELS["transformer_mini"].default_updates)
-    p.add_argument("--warmup", type=int, default=LOG_INTERVAL, help="untimed updates first (a multiple of 20)")
+    p.add_argument("--warmup", type=int, default=LOG_INTERVAL, help="untimed updates (multiple of --interval)")
+    p.add_argument("--interval", type=int, default=LOG_INTERVAL, help="updates per timed interval")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--peers-dir", type=Path, default=REPO.parent / "shared" / "peers")
     p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
@@ -338,9 +341,9 @@ def parse_args() -> argparse.Namespace:
     if args.mt_worker is None:
         counts = {"--warmup": args.warmup, "--updates-small": args.updates_small, "--updates-mini": args.updates_mini}
         for flag, n in counts.items():
-            if n <= 0 or n % LOG_INTERVAL:
-                p.error(f"{flag}={n}: must be a positive multiple of {LOG_INTERVAL} "
-                        f"(fairseq logs every {LOG_INTERVAL} updates)")
+            if args.interval <= 0 or n <= 0 or n % args.interval:
+                p.error(f"{flag}={n}: must be a positive multiple of --interval={args.interval} "
+                        f"(fairseq logs every --interval updates)")
         if args.pairs < 1:
             p.error(f"--pairs={args.pairs}: must be at least 1")
     return args
@@ -364,8 +367,8 @@ def main() -> None:
     updates = {"transformer_small": args.updates_small, "transformer_mini": args.updates_mini}
     args.results.parent.mkdir(parents=True, exist_ok=True)
     session = {"session": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mt_commit": git_commit(),
-               "threads": args.threads, "warmup": args.warmup, "interval": LOG_INTERVAL}
-    print(f"{args.pairs} pair(s), {args.warmup} warmup updates, intervals of {LOG_INTERVAL}, {args.threads} threads; "
+               "threads": args.threads, "warmup": args.warmup, "interval": args.interval}
+    print(f"{args.pairs} pair(s), {args.warmup} warmup updates, intervals of {args.interval}, {args.threads} threads; "
           f"fairseq logs in {paths['PEERS_LOGS']}, results to {args.results}", flush=True)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as work, args.results.open("a") as results:

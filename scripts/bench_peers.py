@@ -22,14 +22,20 @@ Padding: mt's Multi30k preset pads lengths to a multiple of 1 (``data.pad_to_mul
 lengths to ``--required-seq-len-multiple`` (default 1) and rounds batch *sizes* (sentences, not lengths) down to
 ``--required-batch-size-multiple`` (default 8), so neither side pads beyond the longest sentence of a batch.
 Each side trains its own joint 8k BPE on the same training text, so sentences are split into slightly
-different piece counts; the figures are target tokens (pieces + EOS, padding excluded) of each side's own.
+different piece counts; tokens/s counts each side's own target tokens (pieces + EOS, padding excluded), and
+sentences/s (``bsz`` x ``ups`` per interval) is printed too, as it does not depend on the segmentation.
+The 4096-token budget is filled by each side's own batching (both count ``batch size x`` the longest
+sentence + EOS of either side): fairseq sorts by target then source length and cuts batch sizes to
+multiples of 8, mt sorts by the longer side (within chunks) and keeps every sentence that fits, so the
+target tokens per update differ; the run prints them (``tok, sentences per update``) beside the speeds.
 
 The timers, over intervals of ``--interval`` updates (default 20, as ``--log-interval`` in ``train_fairseq.sh``):
 
-- fairseq: its logged ``wps``/``ups`` of each ``train_inner`` line after the warmup: wall time from the
-  reset of the meters after the previous log line to the end of the interval's last ``train_step`` (data
-  iterator + collate, forward, loss, backward, gradient normalisation and norm, Adam step, lr update,
-  fairseq's metrics bookkeeping; not the printing of the log line);
+- fairseq: its logged ``wps`` (and ``ups`` as ``wps / wpb``: fairseq rounds ``ups`` to 2 decimals) of each
+  ``train_inner`` line after the warmup (its ``TimeMeter``s):
+  wall time from the reset of the meters after the previous log line to their reading right after the
+  interval's last ``train_step``: data iterator + collate, forward, loss, backward, gradient normalisation
+  and norm, Adam step, lr update, fairseq's per-update metrics bookkeeping; not the printing of the line;
 - mt: the same span, timed here with ``perf_counter`` around ``--interval`` consecutive updates: batch indices (a new
   epoch's batching when one ends), ``collate``, lr update, ``train_step`` (forward, loss, backward,
   gradient normalisation and norm, Adam step), the loop's bookkeeping; not its one printed line per interval.
@@ -59,7 +65,8 @@ LOG_INTERVAL = 20  # fairseq's --log-interval in train_fairseq.sh (the default o
 BUSY_PERCENT = 50.0  # of one core
 # fairseq spends no time on validation or checkpoints; mt's worker does neither.
 FAIRSEQ_BENCH_ARGS = ("--no-save", "--disable-validation")
-SUMMARY_KEYS = ("tokens_per_s", "updates_per_s", "max_rss_mib", "tokens_per_update", "sentences_per_update")
+SUMMARY_KEYS = ("tokens_per_s", "updates_per_s", "sentences_per_s", "max_rss_mib", "tokens_per_update",
+                "sentences_per_update")
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,11 @@ def fairseq_intervals(log_text: str, skip_updates: int) -> list[dict[str, float]
     return [d for d in inner if d.get("num_updates", 0) > skip_updates]
 
 
+def exact_ups(interval: dict[str, float]) -> dict[str, float]:
+    """``ups`` as ``wps / wpb`` (the same meters: updates / elapsed), since fairseq logs ups to 2 decimals only."""
+    return {**interval, "ups": interval["wps"] / interval["wpb"], "ups_logged": interval["ups"]}
+
+
 def proc_cpu_ticks(stat_line: str) -> int:
     """utime + stime (clock ticks) from a ``/proc/<pid>/stat`` line (the name may hold spaces and parens)."""
     fields = stat_line[stat_line.rindex(")") + 2 :].split()  # fields[0] is field 3 (state)
@@ -122,6 +134,15 @@ def proc_cpu_ticks(stat_line: str) -> int:
 
 def median_of(rows: list[dict], key: str) -> float:
     return statistics.median(row[key] for row in rows)
+
+
+def run_figures(intervals: list[dict[str, float]]) -> dict[str, float]:
+    """A run's figures: medians over its intervals (``wps``, ``ups``, ``wpb``, ``bsz`` each)."""
+    return {
+        "tokens_per_s": median_of(intervals, "wps"), "updates_per_s": median_of(intervals, "ups"),
+        "sentences_per_s": statistics.median(d["bsz"] * d["ups"] for d in intervals),
+        "tokens_per_update": median_of(intervals, "wpb"), "sentences_per_update": median_of(intervals, "bsz"),
+    }
 
 
 # ---- the machine --------------------------------------------------------------------------------------
@@ -202,15 +223,15 @@ def run_fairseq(args: argparse.Namespace, name: str, updates: int, paths: dict[s
     log = paths["PEERS_LOGS"] / f"train_{spec.run}.log"
     if rc != 0:
         raise SystemExit(f"fairseq-train failed (rc={rc}): see {log} and {out}")
-    intervals = fairseq_intervals(log.read_text(encoding="utf-8", errors="replace"), args.warmup)
+    logged = fairseq_intervals(log.read_text(encoding="utf-8", errors="replace"), args.warmup)
+    intervals = [exact_ups(d) for d in logged]
     if len(intervals) != updates // args.interval:
         expected = updates // args.interval
         raise SystemExit(f"expected {expected} timed train_inner lines in {log}, found {len(intervals)}")
     usage = timing.parse_time_v(paths["PEERS_LOGS"] / f"train_{spec.run}.time")
     return {
-        "tokens_per_s": median_of(intervals, "wps"), "updates_per_s": median_of(intervals, "ups"),
-        "tokens_per_update": median_of(intervals, "wpb"), "sentences_per_update": median_of(intervals, "bsz"),
-        "intervals": [{k: d[k] for k in ("num_updates", "wps", "ups", "wpb", "bsz") if k in d} for d in intervals],
+        **run_figures(intervals),
+        "intervals": [{k: d[k] for k in ("num_updates", "wps", "ups", "ups_logged", "wpb", "bsz")} for d in intervals],
         "max_rss_mib": usage["max_rss_kb"] / 1024, "process_wall_s": usage.get("wall_s"),
         "wall_outer_s": time.monotonic() - t0, "log": str(log),
     }
@@ -231,10 +252,8 @@ def run_mt(args: argparse.Namespace, name: str, updates: int, timing: ModuleType
     usage = timing.run_timed(cmd, str(out), str(time_v), env=env)
     intervals = json.loads(result.read_text())["intervals"]
     return {
-        "tokens_per_s": median_of(intervals, "wps"), "updates_per_s": median_of(intervals, "ups"),
-        "tokens_per_update": median_of(intervals, "wpb"), "sentences_per_update": median_of(intervals, "bsz"),
-        "intervals": intervals, "max_rss_mib": usage["max_rss_kb"] / 1024, "process_wall_s": usage.get("wall_s"),
-        "wall_outer_s": usage["wall_outer_s"],
+        **run_figures(intervals), "intervals": intervals, "max_rss_mib": usage["max_rss_kb"] / 1024,
+        "process_wall_s": usage.get("wall_s"), "wall_outer_s": usage["wall_outer_s"],
     }
 
 
@@ -301,8 +320,8 @@ def mt_worker(args: argparse.Namespace) -> None:
 
 def fmt(row: dict) -> str:
     return (f"{row['tokens_per_s']:8,.0f} target tok/s  {row['updates_per_s']:6.3f} updates/s  "
-            f"peak RSS {row['max_rss_mib']:6,.0f} MiB  ({row['tokens_per_update']:,.0f} tok, "
-            f"{row['sentences_per_update']:.0f} sentences per update)")
+            f"{row['sentences_per_s']:6.1f} sentences/s  peak RSS {row['max_rss_mib']:6,.0f} MiB  "
+            f"({row['tokens_per_update']:,.0f} tok, {row['sentences_per_update']:.0f} sentences per update)")
 
 
 def prepare(args: argparse.Namespace) -> dict[str, Path]:

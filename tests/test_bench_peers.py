@@ -82,3 +82,11 @@ def test_proc_cpu_ticks_of_this_process_grows(bench):
     for i in range(3_000_000):
         x += i * i
     assert bench.proc_cpu_ticks(stat.read_text()) > before
+
+
+def test_exact_ups_is_wps_over_wpb(bench):
+    interval = bench.exact_ups({"wps": 1189.5, "ups": 0.35, "wpb": 3412.1, "bsz": 236.4, "num_updates": 40})
+    assert interval["ups"] == pytest.approx(1189.5 / 3412.1) and interval["ups_logged"] == 0.35
+    figures = bench.run_figures([interval, bench.exact_ups({"wps": 1000, "ups": 0.3, "wpb": 3000, "bsz": 200})])
+    assert figures["tokens_per_s"] == pytest.approx((1189.5 + 1000) / 2)
+    assert figures["sentences_per_s"] == pytest.approx((236.4 * 1189.5 / 3412.1 + 200 / 3) / 2)

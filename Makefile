@@ -75,6 +75,9 @@ average: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py $(ARGS)
 
+bench-peers: $(STAMP)
+	$(BIN)/python scripts/bench_peers.py $(ARGS)
+
 bench-scale: $(STAMP)
 	$(BIN)/python scripts/bench_scale.py --pairs $(or $(PAIRS),1000000) --results bench/scale-results.jsonl $(ARGS)
 

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 
 from omegaconf import DictConfig
 
 from mt.cli.hydra_app import run_hydra_job
-from mt.config import register_configs, to_config
-
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+from mt.config import CONF_DIR, register_configs, to_config
 
 
 def train_job(dcfg: DictConfig) -> None:

@@ -107,10 +107,18 @@ def greedy_search(
     """The greedy output of each sentence of src (B, S), as a one-element n-best list.
 
     Uses ``cfg.length_penalty``, ``alpha`` (the score), ``max_len_a``, ``max_len_b``, ``min_len``."""
+    return decode_with_config(model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size)
+
+
+def decode_with_config(
+    model: DecodableModel, src: Tensor, src_pad_mask: Tensor, choose: Chooser, cfg: DecodeConfig,
+    max_positions: int | None, vocab_size: int | None,
+) -> list[list[Hypothesis]]:
+    """``decode_single_path`` with the limits and the penalty of ``cfg`` (greedy and sampling share it)."""
     check_penalty(cfg.length_penalty)
     max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
     return decode_single_path(
-        model, src, src_pad_mask, _argmax,
+        model, src, src_pad_mask, choose,
         max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
         penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size,
     )

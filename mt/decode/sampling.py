@@ -14,9 +14,8 @@ import torch
 from torch import Tensor
 
 from mt.config import DecodeConfig
-from mt.decode.common import NEG_INF, DecodableModel, Hypothesis, max_output_lengths, min_output_lengths
-from mt.decode.greedy import Chooser, decode_single_path
-from mt.decode.length_penalty import check_penalty
+from mt.decode.common import NEG_INF, DecodableModel, Hypothesis
+from mt.decode.greedy import Chooser, decode_with_config
 
 
 def filter_top_k(logits: Tensor, k: int) -> Tensor:
@@ -71,10 +70,4 @@ def sample(
     if generator is None:
         generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
     choose = make_sampler(cfg.temperature, cfg.top_k, cfg.top_p, generator)
-    check_penalty(cfg.length_penalty)
-    max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
-    return decode_single_path(
-        model, src, src_pad_mask, choose,
-        max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
-        penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size,
-    )
+    return decode_with_config(model, src, src_pad_mask, choose, cfg, max_positions, vocab_size)

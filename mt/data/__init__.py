@@ -4,8 +4,9 @@ from mt.data.batching import Batch, TokenBatchSampler, batch_by_tokens, collate
 from mt.data.binarize import PreparedData, prepare_data
 from mt.data.demo import demo_numbers, write_demo_corpus
 from mt.data.errors import DataError
+from mt.data.formats import check_line_counts
 from mt.data.lines import count_lines, read_lines, read_stream
-from mt.data.sources import SPLITS, check_line_counts, open_split
+from mt.data.sources import SPLITS, open_split
 from mt.data.split import TokenizedSplit
 from mt.data.tokenizer import (
     BOS_ID,

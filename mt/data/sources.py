@@ -25,7 +25,7 @@ import datasets
 from mt.config import ConfigError, DataConfig
 from mt.config_rules import TRAIN_PREFIX_RULE
 from mt.data.errors import DataError
-from mt.data.lines import count_lines, read_lines
+from mt.data.formats import check_line_counts, jsonl_pairs, parallel_pairs, pick_languages, tsv_pairs
 
 SPLITS = ("train", "valid", "test")
 _FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
@@ -169,70 +169,6 @@ def split_files(cfg: DataConfig, split: str) -> list[Path]:
     return [path for group in split_file_groups(cfg, split) for path in group]
 
 
-def _count_rest(lines: Iterator[str]) -> int:
-    return sum(1 for _ in lines)
-
-
-def _lines(n: int) -> str:
-    return f"{n} line" if n == 1 else f"{n} lines"
-
-
-def check_line_counts(src_path: str | Path, tgt_path: str | Path) -> None:
-    """``DataError`` naming both files and counts unless they have as many lines (cheap: no decoding)."""
-    n_src, n_tgt = count_lines(src_path), count_lines(tgt_path)
-    if n_src != n_tgt:
-        raise DataError(
-            f"line counts differ: {src_path} has {_lines(n_src)}, {tgt_path} has {_lines(n_tgt)}; "
-            "line n of one file must be the translation of line n of the other"
-        )
-
-
-def _parallel_pairs(src_path: Path, tgt_path: Path) -> Iterator[dict[str, str]]:
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
-    n = 0
-    for n, src in enumerate(src_lines, start=1):  # noqa: B007 - n is the count afterwards
-        tgt = next(tgt_lines, None)
-        if tgt is None:
-            raise DataError(
-                f"line counts differ: {src_path} has {_lines(n + _count_rest(src_lines))}, "
-                f"{tgt_path} has {_lines(n - 1)}"
-            )
-        yield {"src": src, "tgt": tgt}
-    extra = _count_rest(tgt_lines)
-    if extra:
-        raise DataError(f"line counts differ: {src_path} has {_lines(n)}, {tgt_path} has {_lines(n + extra)}")
-
-
-def _tsv_pairs(path: Path) -> Iterator[dict[str, str]]:
-    for lineno, line in enumerate(read_lines(path), start=1):
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise DataError(f"{path}:{lineno}: expected 2 tab-separated fields (src<TAB>tgt), got {len(fields)}")
-        yield {"src": fields[0], "tgt": fields[1]}
-
-
-def _pick(row: dict[str, Any], src_lang: str, tgt_lang: str, where: str) -> dict[str, str]:
-    """``src``/``tgt`` from ``{src_lang: .., tgt_lang: ..}`` or ``{"translation": {...}}``."""
-    pair = row.get("translation", row) if isinstance(row, dict) else None
-    if not isinstance(pair, dict) or not isinstance(pair.get(src_lang), str) or not isinstance(pair.get(tgt_lang), str):
-        raise DataError(
-            f"{where}: expected string fields '{src_lang}' and '{tgt_lang}' "
-            f"(optionally under 'translation'), got {str(row)[:80]}"
-        )
-    return {"src": pair[src_lang], "tgt": pair[tgt_lang]}
-
-
-def _jsonl_pairs(path: Path, src_lang: str, tgt_lang: str) -> Iterator[dict[str, str]]:
-    for lineno, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-        yield _pick(row, src_lang, tgt_lang, f"{path}:{lineno}")
-
-
 def _generate(paths: str, fmt: str, src_lang: str, tgt_lang: str, key: str) -> Iterator[dict[str, str]]:
     """Generator for ``Dataset.from_generator``; ``key`` (content hash) is only there to key the cache.
     ``paths`` is one string joined by NUL: datasets would treat a list in ``gen_kwargs`` as shards.
@@ -240,13 +176,13 @@ def _generate(paths: str, fmt: str, src_lang: str, tgt_lang: str, key: str) -> I
     files = [Path(p) for p in paths.split("\0")]
     if fmt == "parallel":
         for src, tgt in zip(files[::2], files[1::2], strict=True):
-            yield from _parallel_pairs(src, tgt)
+            yield from parallel_pairs(src, tgt)
     elif fmt == "tsv":
         for path in files:
-            yield from _tsv_pairs(path)
+            yield from tsv_pairs(path)
     else:
         for path in files:
-            yield from _jsonl_pairs(path, src_lang, tgt_lang)
+            yield from jsonl_pairs(path, src_lang, tgt_lang)
 
 
 def _load_files(cfg: DataConfig, split: str, key: str, cache_root: Path) -> datasets.Dataset:
@@ -290,7 +226,7 @@ def _hub_split(cfg: DataConfig, split: str) -> str:
 
 
 def _to_pairs(batch: dict[str, list[Any]], src_lang: str, tgt_lang: str) -> dict[str, list[str]]:
-    pairs = [_pick(row, src_lang, tgt_lang, "hub row") for row in batch["translation"]]
+    pairs = [pick_languages(row, src_lang, tgt_lang, "hub row") for row in batch["translation"]]
     return {"src": [p["src"] for p in pairs], "tgt": [p["tgt"] for p in pairs]}
 
 

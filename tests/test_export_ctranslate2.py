@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 
+import ctranslate2  # noqa: E402  (the test extra installs it)
 import pytest
-
-ctranslate2 = pytest.importorskip("ctranslate2")
-
 import sacrebleu  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 import torch  # noqa: E402

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-transformers = pytest.importorskip("transformers")
-
 import torch  # noqa: E402
+import transformers  # noqa: E402  (the test extra installs it)
 from export_helpers import demo_model, demo_sources, mt_search, untrained_checkpoint  # noqa: E402
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding  # noqa: E402
 

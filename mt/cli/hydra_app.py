@@ -69,10 +69,11 @@ def override_error_message(error: Exception, overrides: Sequence[str], prog: str
 
 def check_composition(
     args: argparse.Namespace, config_dir: str, config_name: str, prog: str
-) -> Path | None:
+) -> tuple[Path, Path] | None:
     """Compose the config as Hydra will and build the typed ``Config`` (see the module doc).
 
-    Returns the run directory (``hydra.run.dir``) when it does not exist yet, else None.
+    Returns (the run directory, the topmost directory the job will create) when the run directory does
+    not exist yet, else None.
     """
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
@@ -99,14 +100,17 @@ def check_composition(
     run_dir = Path(run_dir)
     label = "train.run_dir" if run_dir == Path(typed.train.run_dir) else "hydra.run.dir"
     check_output_dir(run_dir, label)
-    return None if run_dir.exists() else run_dir.absolute()
+    if run_dir.exists():
+        return None
+    missing = run_dir.absolute()
+    while not missing.parent.exists():  # the topmost directory the job will create (runs/ for runs/demo)
+        missing = missing.parent
+    return run_dir.absolute(), missing
 
 
-_EXISTING_BEFORE: set[Path] = set()  # ancestors of a new run dir that existed before the job
-
-
-def remove_bookkeeping_only(run_dir: Path) -> None:
-    """Delete ``run_dir`` if it holds nothing but Hydra's output subdir and ``*.log`` files."""
+def remove_bookkeeping_only(run_dir: Path, created: Path) -> None:
+    """Delete ``run_dir`` if it holds nothing but Hydra's output subdir and ``*.log`` files, and the
+    then empty directories above it up to ``created``, the topmost one this job made."""
     from hydra.core.hydra_config import HydraConfig
 
     subdir = HydraConfig.get().output_subdir
@@ -114,16 +118,10 @@ def remove_bookkeeping_only(run_dir: Path) -> None:
         return
     if all(p.name == subdir or (p.suffix == ".log" and p.is_file()) for p in run_dir.iterdir()):
         shutil.rmtree(run_dir, ignore_errors=True)
-        remove_empty_parents(run_dir)
-
-
-def remove_empty_parents(path: Path) -> None:
-    """Remove the empty directories above ``path`` that the failed job created (``runs/`` for ``runs/demo``),
-    up to the first one that existed before it: they were missing when the overrides were checked."""
-    for parent in path.parents:
-        if parent in _EXISTING_BEFORE or not parent.is_dir() or any(parent.iterdir()):
-            return
-        parent.rmdir()
+        for parent in run_dir.parents:
+            if not parent.is_relative_to(created) or not parent.is_dir() or any(parent.iterdir()):
+                return
+            parent.rmdir()
 
 
 def run_hydra_job(
@@ -136,13 +134,11 @@ def run_hydra_job(
     argv, debug = pop_debug_flag(sys.argv[1:])
     sys.argv[1:] = argv  # hydra.main parses sys.argv itself
     args = get_args_parser().parse_args(argv)
-    new_run_dir: Path | None = None
+    new_run_dir: tuple[Path, Path] | None = None  # (run dir, the topmost directory the job creates)
 
     def check() -> None:
         nonlocal new_run_dir
         new_run_dir = check_composition(args, config_dir, config_name, prog)
-        if new_run_dir is not None:
-            _EXISTING_BEFORE.update(p for p in new_run_dir.parents if p.exists())
 
     status = run_command(prog, check, debug)
     if status:
@@ -156,7 +152,7 @@ def run_hydra_job(
         status = run_command(prog, run_job, debug)
         if status:
             if new_run_dir is not None:
-                remove_bookkeeping_only(new_run_dir)
+                remove_bookkeeping_only(*new_run_dir)
             raise SystemExit(status)  # not an Exception: Hydra lets it through without a traceback
 
     hydra_main(config_path=config_dir, config_name=config_name, version_base="1.3")(task)()

@@ -17,6 +17,11 @@ def translate_and_score(
 
     translator = Translator(model, tokenizers, decode_cfg, device, max_positions=max_positions)
     hyps = translator.translate(sources)
+    return hyps, bleu_and_chrf(hyps, refs)
+
+
+def bleu_and_chrf(hyps: list[str], refs: list[str]) -> dict[str, float | str]:
+    """sacreBLEU BLEU and chrF of ``hyps`` against ``refs``, with the BLEU signature."""
     scores = score(hyps, refs)
-    return hyps, {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
-                  "bleu_signature": scores["bleu"]["signature"]}
+    return {"bleu": scores["bleu"]["score"], "chrf": scores["chrf"]["score"],
+            "bleu_signature": scores["bleu"]["signature"]}

@@ -18,7 +18,7 @@ from torch import nn
 from mt.config import Config, DecodeConfig
 from mt.data import PAD_ID, TokenBatchSampler, TokenizedSplit, Tokenizers, collate
 from mt.decode import Translator
-from mt.eval.metrics import score
+from mt.eval.scoring import bleu_and_chrf
 from mt.train.distributed import DistInfo, all_gather_objects, all_reduce_sum, broadcast_object
 from mt.train.loss import label_smoothed_nll_loss
 
@@ -113,9 +113,7 @@ def valid_bleu(
                               max_positions=max_positions, max_sentences=max_sentences, dist=dist)
     scores: dict[str, float | str] = {}
     if dist.is_main:
-        found = score(hyps, split.tgt_text[: len(hyps)])
-        scores = {"bleu": found["bleu"]["score"], "chrf": found["chrf"]["score"],
-                  "bleu_signature": found["bleu"]["signature"]}
+        scores = bleu_and_chrf(hyps, list(split.tgt_text[: len(hyps)]))
     return broadcast_object(scores, dist)
 
 

@@ -30,6 +30,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -180,16 +181,45 @@ def _cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+class RssSplitPeaks:
+    """Samples ``RssAnon`` (private memory) and ``RssFile`` (file pages mapped in, e.g. memory-mapped
+    Arrow: page cache the kernel can drop) every 20 ms on a thread; keeps the peak of each in KiB.
+
+    ``VmHWM`` counts both, so a stage that reads a memory-mapped file end to end shows the file's
+    size in its peak RSS without holding that memory itself.
+    """
+
+    def __init__(self) -> None:
+        self.anon = self.file = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.anon = max(self.anon, _status_kib("RssAnon"))
+            self.file = max(self.file, _status_kib("RssFile"))
+
+    def __enter__(self) -> RssSplitPeaks:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def run_stage(stage: str, args: argparse.Namespace, work: Path) -> None:
     """Child process: run one stage and print its measurements as one marked JSON line."""
     work_fn, facts = _stage_work(stage, args, work)
     base = _status_kib("VmRSS")
     wall0, cpu0 = time.perf_counter(), _cpu_seconds()
-    facts.update(work_fn())
+    with RssSplitPeaks() as split:
+        facts.update(work_fn())
     wall, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB, the largest reaped child
     result = {"stage": stage, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": _mib(_status_kib("VmHWM")),
-              "workers_mib": _mib(workers), "base_mib": _mib(base), **facts}  # fmt: skip
+              "workers_mib": _mib(workers), "base_mib": _mib(base), "anon_peak_mib": _mib(split.anon),
+              "file_peak_mib": _mib(split.file), **facts}  # fmt: skip
     print(MARK + json.dumps(result), flush=True)
 
 
@@ -210,7 +240,8 @@ def _child(stage: str, argv: list[str]) -> dict:
 
 def _row(r: dict) -> str:
     return (f"{r['stage']:<15} {r['wall_s']:>9.2f} {r['cpu_s']:>9.2f} {r['peak_mib']:>13.1f} "
-            f"{r['workers_mib']:>11.1f} {r['base_mib']:>9.1f}")  # fmt: skip
+            f"{r['workers_mib']:>11.1f} {r['base_mib']:>9.1f} {r['anon_peak_mib']:>9.1f} "
+            f"{r['file_peak_mib']:>9.1f}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -243,7 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     make_corpus(args, work / "corpus")
     print(f"corpus: {args.pairs} pairs in {args.files} files, {work / 'corpus'} ({time.perf_counter() - t0:.1f} s)")
     shutil.rmtree(work / "cache", ignore_errors=True)  # every stage from scratch
-    print(f"{'stage':<15} {'wall s':>9} {'cpu s':>9} {'peak RSS MiB':>13} {'workers MiB':>11} {'base MiB':>9}")
+    print(f"{'stage':<15} {'wall s':>9} {'cpu s':>9} {'peak RSS MiB':>13} {'workers MiB':>11} {'base MiB':>9} "
+          f"{'anon MiB':>9} {'file MiB':>9}")
     results = []
     for stage in STAGES:
         results.append(_child(stage, argv))

@@ -58,9 +58,14 @@ def _series(rows: list[dict], split: str, key: str) -> tuple[list[float], list[f
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def _line_plot(path: Path, title: str, ylabel: str, lines: list[tuple[str, list[float], list[float]]]) -> Path:
+def line_plot(
+    path: Path, title: str, ylabel: str, lines: list[tuple[str, list[float], list[float]]], log_y: bool = False
+) -> Path:
+    """One PNG of labelled ``(label, steps, values)`` series against updates."""
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
+    if log_y:
+        ax.set_yscale("log")
     for label, steps, values in lines:
         ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=label)
     ax.set_title(title)
@@ -88,5 +93,5 @@ def plot_learning_curves(run_dir: str | Path) -> list[Path]:
         lines = [(split, *_series(rows, split, key)) for split, key in specs]
         lines = [line for line in lines if line[1]]
         if lines:
-            written.append(_line_plot(run_dir / name, title, ylabel, lines))
+            written.append(line_plot(run_dir / name, title, ylabel, lines))
     return written

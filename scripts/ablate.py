@@ -83,6 +83,8 @@ def train_throughput(rows: list[dict]) -> tuple[int, float]:
     train = [r for r in rows if r.get("split") == "train" and r.get("tokens_per_s")]
     tokens = sum(r["ntokens"] for r in train)
     seconds = sum(r["ntokens"] / r["tokens_per_s"] for r in train)
+    if not train:
+        raise SystemExit("ablate: error: no training interval was logged (train.log_every); give the rows more time")
     return max(r["step"] for r in rows), tokens / seconds
 
 

@@ -182,8 +182,8 @@ def _cpu_seconds() -> float:
 
 
 class RssSplitPeaks:
-    """Samples ``RssAnon`` (private memory) and ``RssFile`` (file pages mapped in, e.g. memory-mapped
-    Arrow: page cache the kernel can drop) every 20 ms on a thread; keeps the peak of each in KiB.
+    """Samples ``RssAnon`` (private memory) and ``RssFile`` + ``RssShmem`` (file pages mapped in, e.g.
+    memory-mapped Arrow: page cache the kernel can drop) every 20 ms on a thread; keeps each peak in KiB.
 
     ``VmHWM`` counts both, so a stage that reads a memory-mapped file end to end shows the file's
     size in its peak RSS without holding that memory itself.
@@ -197,7 +197,7 @@ class RssSplitPeaks:
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
             self.anon = max(self.anon, _status_kib("RssAnon"))
-            self.file = max(self.file, _status_kib("RssFile"))
+            self.file = max(self.file, _status_kib("RssFile") + _status_kib("RssShmem"))  # tmpfs files: shmem
 
     def __enter__(self) -> RssSplitPeaks:
         self._thread.start()

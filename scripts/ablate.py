@@ -23,7 +23,10 @@ sacreBLEU (the preset's beam 4, GNMT alpha 0.6), decoding sentences/s of that te
 parameters and KV-cache bytes per generated token (fp32, self-attention, all decoder layers). A row's
 ``result.json`` is written last, so an interrupted ablation resumes at the first unfinished row
 (a half-trained row resumes from its checkpoint). The table goes to ``ablation.md`` and the
-valid-perplexity curves to ``valid_ppl.png`` in the output directory.
+valid-perplexity curves to ``valid_ppl.png`` in the output directory. Besides each row's final
+figures the table gives its valid perplexity at the last validation step every row reached: a
+per-update comparison that the machine's drift in speed cannot blur (tokens/s of one run per row
+can: read speed differences under ~20% as noise on a shared or drifting machine).
 """
 
 from __future__ import annotations
@@ -119,19 +122,26 @@ def score_row(run_dir: Path, label: str) -> dict:
     }
 
 
-TABLE_HEAD = (
-    "| row | parameters | train tok/s | updates | valid ppl | valid BLEU (greedy) | test2016 BLEU (beam 4) "
-    "| chrF | decode sent/s | KV bytes/token |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-)
+def valid_ppl_at_common_step(results: list[dict], out: Path) -> tuple[int, list[float]]:
+    """The last validation step that every row reached, and each row's valid perplexity there
+    (a per-update comparison, which the machine's speed drift cannot blur)."""
+    curves = [{v["step"]: v["ppl"] for v in read_metrics(out / r["row"]) if v.get("split") == "valid"}
+              for r in results]  # fmt: skip
+    step = max(set.intersection(*(set(c) for c in curves)))
+    return step, [c[step] for c in curves]
 
 
-def table(results: list[dict]) -> str:
-    lines = [TABLE_HEAD]
-    for r in results:
+def table(results: list[dict], common_step: int, ppl_at_step: list[float]) -> str:
+    lines = [
+        f"| row | parameters | train tok/s | updates | valid ppl | valid ppl @ {common_step} upd. "
+        "| valid BLEU (greedy) | test2016 BLEU (beam 4) | chrF | decode sent/s | KV bytes/token |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r, ppl in zip(results, ppl_at_step, strict=True):
         lines.append(
             f"| {r['label']} | {r['parameters']:,} | {r['train_tokens_per_s']:,} | {r['updates']:,} "
-            f"| {r['valid_ppl']:.2f} | {r['valid_bleu_greedy']:.2f} | {r['test_bleu']:.2f} | {r['test_chrf']:.1f} "
-            f"| {r['decode_sentences_per_s']:.0f} | {r['kv_bytes_per_token']:,} |"
+            f"| {r['valid_ppl']:.2f} | {ppl:.2f} | {r['valid_bleu_greedy']:.2f} | {r['test_bleu']:.2f} "
+            f"| {r['test_chrf']:.1f} | {r['decode_sentences_per_s']:.0f} | {r['kv_bytes_per_token']:,} |"
         )
     return "\n".join(lines)
 
@@ -174,10 +184,10 @@ def main(argv: list[str] | None = None) -> None:
             train_row(args, run_dir, options)
             done.write_text(json.dumps(score_row(run_dir, label), indent=2) + "\n")
         results.append(json.loads(done.read_text()))
-        print(table(results[-1:]).splitlines()[-1], flush=True)
+        print(json.dumps(results[-1]), flush=True)
     if not results:
         sys.exit("ablate: error: no finished rows to report")
-    md = table(results)
+    md = table(results, *valid_ppl_at_common_step(results, args.out))
     (args.out / "ablation.md").write_text(md + "\n")
     print(f"\n{md}\n\nvalid perplexity curves: {plot(results, args.out)}")
 

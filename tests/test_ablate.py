@@ -59,6 +59,20 @@ def test_table_has_a_line_per_row(ablate):
     r = dict(label="Pre-LN", parameters=1234567, train_tokens_per_s=4321, updates=600, valid_ppl=12.345,
              valid_bleu_greedy=20.5, test_bleu=21.25, test_chrf=50.04, decode_sentences_per_s=180.4,
              kv_bytes_per_token=4096)
-    lines = ablate.table([r, {**r, "label": "RMS"}]).splitlines()
+    lines = ablate.table([r, {**r, "label": "RMS"}], 500, [14.0, 13.5]).splitlines()
     assert len(lines) == 4
-    assert lines[2] == "| Pre-LN | 1,234,567 | 4,321 | 600 | 12.35 | 20.50 | 21.25 | 50.0 | 180 | 4,096 |"
+    assert "valid ppl @ 500 upd." in lines[0]
+    assert lines[2] == "| Pre-LN | 1,234,567 | 4,321 | 600 | 12.35 | 14.00 | 20.50 | 21.25 | 50.0 | 180 | 4,096 |"
+    assert lines[3].startswith("| RMS |") and "| 13.50 |" in lines[3]
+
+
+def test_common_step_is_the_last_validation_every_row_reached(ablate, tmp_path):
+    import json
+
+    for name, steps in (("a", (100, 200, 300, 333)), ("b", (100, 200, 250))):
+        (tmp_path / name).mkdir()
+        rows = [{"split": "valid", "step": s, "ppl": 1000.0 / s} for s in steps]
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    step, ppls = ablate.valid_ppl_at_common_step([{"row": "a"}, {"row": "b"}], tmp_path)
+    assert step == 200
+    assert ppls == [5.0, 5.0]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from mt.config import CONF_DIR, Config, compose
 
@@ -40,3 +43,15 @@ def tiny_config(tmp: Path, *extra: str) -> Config:
     return compose_config(
         TINY + [f"train.run_dir={tmp / 'run'}", f"data.cache_dir={tmp / 'cache'}", *extra]
     )
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module, registered in ``sys.modules`` (dataclasses look it up there)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,22 +1,16 @@
 """scripts/ablate.py: every row composes into the intended model, and the throughput/table helpers."""
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 from mt.config import compose
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ablate.py"
 
 
 @pytest.fixture(scope="module")
 def ablate():
-    spec = importlib.util.spec_from_file_location("ablate", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ablate")
 
 
 def _args(**kw):

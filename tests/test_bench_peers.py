@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_peers.py"
+from helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_peers", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_peers"] = module  # dataclasses look their module up there
     try:
-        spec.loader.exec_module(module)
-        yield module
+        yield load_script("bench_peers")
     finally:
         del sys.modules["bench_peers"]
 

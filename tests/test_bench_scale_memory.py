@@ -1,22 +1,17 @@
 """scripts/bench_scale.py's peak split: private allocations count as anon, mapped file pages as file."""
 
-import importlib.util
 import mmap
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_scale.py"
 MIB = 1024  # the peaks are in KiB
 
 
 @pytest.fixture(scope="module")
 def bench_scale():
-    spec = importlib.util.spec_from_file_location("bench_scale", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_scale")
 
 
 def test_private_memory_shows_as_anon_not_file(bench_scale):

@@ -35,6 +35,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--precision", default="fp32")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra Hydra override, e.g. model.kv_heads=2 (repeatable)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,7 +44,7 @@ def main() -> None:
             "experiment=multi30k_en_de", f"model={args.model}", "model.dropout=0.3",
             f"data.dir={args.data_dir}", "data.vocab_size=8000", f"data.max_tokens={args.max_tokens}",
             f"train.run_dir={tmp}/run", f"train.threads={args.threads}", f"train.precision={args.precision}",
-            "train.tensorboard=false", "train.progress=false",
+            "train.tensorboard=false", "train.progress=false", *args.override,
         ])
         parts = build_components(cfg)  # a fresh run: nothing to resume
         ctx = step_context(parts)

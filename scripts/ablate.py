@@ -81,13 +81,18 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return read(run_dir / "metrics.jsonl")
 
 
+def valid_curve(rows: list[dict]) -> dict[int, float]:
+    """Valid perplexity by update step, from metrics.jsonl rows."""
+    return {r["step"]: r["ppl"] for r in rows if r.get("split") == "valid"}
+
+
 def train_throughput(rows: list[dict]) -> tuple[int, float]:
     """(updates reached, target tokens/s over the logged training intervals) from metrics.jsonl rows."""
     train = [r for r in rows if r.get("split") == "train" and r.get("tokens_per_s")]
-    tokens = sum(r["ntokens"] for r in train)
-    seconds = sum(r["ntokens"] / r["tokens_per_s"] for r in train)
     if not train:
         raise SystemExit("ablate: error: no training interval was logged (train.log_every); give the rows more time")
+    tokens = sum(r["ntokens"] for r in train)
+    seconds = sum(r["ntokens"] / r["tokens_per_s"] for r in train)
     return max(r["step"] for r in rows), tokens / seconds
 
 
@@ -97,36 +102,37 @@ def score_row(run_dir: Path, label: str) -> dict:
 
     from mt import checkpoint as ckpt
     from mt.data import prepare_data
+    from mt.eval.scoring import translate_and_score
     from mt.model.summary import count_parameters, kv_cache_values_per_token
-    from mt.train.loop import checkpoint_valid_bleu, score_on_test
+    from mt.train.validate import valid_bleu, validation_decode_config
 
     torch.set_num_threads(2)
-    last = run_dir / "checkpoints" / "last.pt"
-    model, _, cfg = ckpt.load_for_inference(last, "cpu")
+    cpu = torch.device("cpu")
+    model, tokenizers, cfg = ckpt.load_for_inference(run_dir / "checkpoints" / "last.pt", cpu)
+    m = cfg.model
     splits = prepare_data(cfg.data, splits=("valid", "test")).splits
-    valid_greedy = checkpoint_valid_bleu(last, splits["valid"], torch.device("cpu"))
+    greedy = validation_decode_config(cfg.decode, beam_size=1)
+    valid_greedy = valid_bleu(model, tokenizers, splits["valid"], greedy, cpu, max_positions=m.max_positions)["bleu"]
+    test = splits["test"]
     start = time.perf_counter()
-    test, _ = score_on_test(last, splits["test"], torch.device("cpu"), samples=0)
+    _, scores = translate_and_score(model, tokenizers, cfg.decode, cpu, m.max_positions,
+                                    list(test.src_text), list(test.tgt_text))  # fmt: skip
     seconds = time.perf_counter() - start
     rows = read_metrics(run_dir)
     updates, tokens_per_s = train_throughput(rows)
-    valid = [r for r in rows if r.get("split") == "valid"]
-    m = cfg.model
     return {
         "row": run_dir.name, "label": label, "parameters": count_parameters(model)["total"],
         "train_tokens_per_s": round(tokens_per_s), "updates": updates,
-        "valid_ppl": valid[-1]["ppl"], "valid_bleu_greedy": valid_greedy,
-        "test_bleu": test["bleu"], "test_chrf": test["chrf"], "bleu_signature": test["bleu_signature"],
-        "decode_sentences_per_s": test["sentences"] / seconds,
+        "valid_ppl": list(valid_curve(rows).values())[-1], "valid_bleu_greedy": float(valid_greedy),
+        "test_bleu": scores["bleu"], "test_chrf": scores["chrf"], "bleu_signature": scores["bleu_signature"],
+        "decode_sentences_per_s": len(test) / seconds,
         "kv_bytes_per_token": 4 * kv_cache_values_per_token(m.decoder_layers, m.d_model, m.heads, m.kv_heads),
     }
 
 
-def valid_ppl_at_common_step(results: list[dict], out: Path) -> tuple[int, list[float]]:
+def valid_ppl_at_common_step(curves: list[dict[int, float]]) -> tuple[int, list[float]]:
     """The last validation step that every row reached, and each row's valid perplexity there
-    (a per-update comparison, which the machine's speed drift cannot blur)."""
-    curves = [{v["step"]: v["ppl"] for v in read_metrics(out / r["row"]) if v.get("split") == "valid"}
-              for r in results]  # fmt: skip
+    (a per-update comparison, which the machine's drift in speed cannot blur)."""
     step = max(set.intersection(*(set(c) for c in curves)))
     return step, [c[step] for c in curves]
 
@@ -146,13 +152,10 @@ def table(results: list[dict], common_step: int, ppl_at_step: list[float]) -> st
     return "\n".join(lines)
 
 
-def plot(results: list[dict], out: Path) -> Path:
+def plot(results: list[dict], curves: list[dict[int, float]], out: Path) -> Path:
     from mt.eval.plots import line_plot
 
-    lines = []
-    for r in results:
-        valid = [row for row in read_metrics(out / r["row"]) if row.get("split") == "valid"]
-        lines.append((r["label"], [v["step"] for v in valid], [v["ppl"] for v in valid]))
+    lines = [(r["label"], list(c), list(c.values())) for r, c in zip(results, curves, strict=True)]
     return line_plot(out / "valid_ppl.png", "Multi30k valid perplexity, equal wall-clock budget",
                      "valid perplexity", lines, log_y=True)
 
@@ -187,9 +190,10 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(results[-1]), flush=True)
     if not results:
         sys.exit("ablate: error: no finished rows to report")
-    md = table(results, *valid_ppl_at_common_step(results, args.out))
+    curves = [valid_curve(read_metrics(args.out / r["row"])) for r in results]
+    md = table(results, *valid_ppl_at_common_step(curves))
     (args.out / "ablation.md").write_text(md + "\n")
-    print(f"\n{md}\n\nvalid perplexity curves: {plot(results, args.out)}")
+    print(f"\n{md}\n\nvalid perplexity curves: {plot(results, curves, args.out)}")
 
 
 if __name__ == "__main__":

@@ -167,13 +167,21 @@ def _mib(kib: float) -> float:
     return round(kib / 1024, 1)
 
 
-def _status_kib(field: str) -> float:
-    """``VmHWM`` / ``VmRSS`` of this process in KiB (Linux); ``ru_maxrss`` where /proc is missing."""
+def _status_fields_kib() -> dict[str, float]:
+    """The ``kB`` fields of ``/proc/self/status`` (Linux; empty where /proc is missing)."""
+    fields = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return float(line.split()[1])
-    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+            name, _, value = line.partition(":")
+            if value.endswith(" kB"):
+                fields[name] = float(value.split()[0])
+    return fields
+
+
+def _status_kib(field: str) -> float:
+    """``VmHWM`` / ``VmRSS`` of this process in KiB (Linux); ``ru_maxrss`` where /proc is missing."""
+    value = _status_fields_kib().get(field)
+    return value if value is not None else float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def _cpu_seconds() -> float:
@@ -196,8 +204,9 @@ class RssSplitPeaks:
 
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
-            self.anon = max(self.anon, _status_kib("RssAnon"))
-            self.file = max(self.file, _status_kib("RssFile") + _status_kib("RssShmem"))  # tmpfs files: shmem
+            status = _status_fields_kib()  # one read of /proc/self/status per sample
+            self.anon = max(self.anon, status.get("RssAnon", 0.0))
+            self.file = max(self.file, status.get("RssFile", 0.0) + status.get("RssShmem", 0.0))  # tmpfs: shmem
 
     def __enter__(self) -> RssSplitPeaks:
         self._thread.start()

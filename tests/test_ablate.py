@@ -60,13 +60,9 @@ def test_table_has_a_line_per_row(ablate):
     assert lines[3].startswith("| RMS |") and "| 13.50 |" in lines[3]
 
 
-def test_common_step_is_the_last_validation_every_row_reached(ablate, tmp_path):
-    import json
-
-    for name, steps in (("a", (100, 200, 300, 333)), ("b", (100, 200, 250))):
-        (tmp_path / name).mkdir()
-        rows = [{"split": "valid", "step": s, "ppl": 1000.0 / s} for s in steps]
-        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    step, ppls = ablate.valid_ppl_at_common_step([{"row": "a"}, {"row": "b"}], tmp_path)
+def test_common_step_is_the_last_validation_every_row_reached(ablate):
+    rows = {name: [{"split": "valid", "step": s, "ppl": 1000.0 / s} for s in steps] + [{"split": "train", "step": 1}]
+            for name, steps in (("a", (100, 200, 300, 333)), ("b", (100, 200, 250)))}
+    step, ppls = ablate.valid_ppl_at_common_step([ablate.valid_curve(r) for r in rows.values()])
     assert step == 200
     assert ppls == [5.0, 5.0]

@@ -136,6 +136,7 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 on CUDA only)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # 0 = torch default
+    keep_freed_memory: bool = True  # glibc: reuse freed blocks, no munmap + page faults every step
     log_every: int = 20
     validate_every: int = 1000
     valid_bleu: bool = True  # decode the valid set at each validation (sacreBLEU)

@@ -21,6 +21,7 @@ from mt.config import Config
 from mt.data import PAD_ID, PreparedData, TokenBatchSampler, Tokenizers, prepare_data
 from mt.device import resolve_device
 from mt.model import build_model
+from mt.train.allocator import keep_freed_memory
 from mt.train.distributed import DistInfo, barrier, init_distributed
 from mt.train.optim import build_optimizer
 from mt.train.step import StepContext
@@ -51,6 +52,8 @@ def build_components(cfg: Config) -> Components:
     tc = cfg.train
     if tc.threads > 0:
         torch.set_num_threads(tc.threads)
+    if tc.keep_freed_memory:
+        keep_freed_memory()
     device = resolve_device(tc.device, key="train.device")
     dist = init_distributed(device.type)
     if device.type == "cuda" and dist.enabled:

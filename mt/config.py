@@ -121,6 +121,7 @@ class OptimConfig:
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0 = no clipping
     label_smoothing: float = 0.1
+    fused: bool = False  # torch's fused Adam kernel (CPU and CUDA) instead of one op per parameter tensor
 
 
 @dataclass
@@ -136,6 +137,7 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 on CUDA only)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # 0 = torch default
+    compile: bool = False  # torch.compile the training forward (dynamic shapes); compile time is logged
     keep_freed_memory: bool = True  # glibc: reuse freed blocks, no munmap + page faults every step
     log_every: int = 20
     validate_every: int = 1000

@@ -54,8 +54,10 @@ def main() -> None:
         params = sum(p.numel() for p in parts.model.parameters())
         print(f"model {args.model} ({params / 1e6:.1f}M params), {args.threads} threads, "
               f"max_tokens {args.max_tokens}, {args.precision}, {args.repeats} x {args.updates} timed updates")
+        t0 = time.perf_counter()
         for _ in range(args.warmup):
             train_step(ctx, [collate(train, next(batches), cfg.data.pad_to_multiple)])
+        print(f"  warmup: {args.warmup} updates in {time.perf_counter() - t0:.1f} s (compilation included)")
         runs = []
         for r in range(args.repeats):
             seconds, tokens = 0.0, 0

@@ -17,14 +17,14 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
     betas = (float(cfg.betas[0]), float(cfg.betas[1]))
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.weight_decay <= 0:
-        return torch.optim.Adam(params, lr=0.0, betas=betas, eps=cfg.eps)
+        return torch.optim.Adam(params, lr=0.0, betas=betas, eps=cfg.eps, fused=cfg.fused or None)
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     groups = [
         {"params": decay, "weight_decay": cfg.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=cfg.eps)
+    return torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=cfg.eps, fused=cfg.fused or None)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

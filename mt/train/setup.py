@@ -103,6 +103,10 @@ def step_context(parts: Components) -> StepContext:
     if parts.dist.enabled:
         ids = [parts.device.index] if parts.device.type == "cuda" else None
         wrapped = DistributedDataParallel(parts.model, device_ids=ids)
+    if cfg.train.compile:
+        # Dynamic shapes: batches differ in sentences and length, and one graph serves them all.
+        # Validation, decoding and checkpoints use the eager ``parts.model`` (the same parameters).
+        wrapped = torch.compile(wrapped, dynamic=True)
     return StepContext(
         model=wrapped, optimizer=parts.optimizer, dist=parts.dist, device=parts.device,
         label_smoothing=cfg.optim.label_smoothing, pad_id=PAD_ID, clip_norm=cfg.optim.clip_norm,

@@ -51,6 +51,7 @@ class UpdateLoop:
         self.ctx, self.split, self.sampler, self.state, self.cfg = ctx, split, sampler, state, cfg
         self.metrics, self.clock, self.last_checkpoint = metrics, clock, last_checkpoint
         self.window = MetricWindow()
+        self.compile_pending = cfg.train.compile  # the first update compiles; its time is logged once
 
     def run(self, *, validate_and_save: Callable[[], bool], save: Callable[[], object], progress: bool) -> str:
         """Train until a stop condition and return its name; ``validate_and_save`` says True to stop early."""
@@ -110,6 +111,9 @@ class UpdateLoop:
         set_lr(self.ctx.optimizer, lr)
         t0 = time.monotonic()
         result = train_step(self.ctx, micro)
+        if self.compile_pending:
+            self.compile_pending = False
+            logger.info("torch.compile: the first update took %.1f s, compilation included", time.monotonic() - t0)
         state.batch_in_epoch += len(group)
         if result.skipped is not None:
             self.record_skip(result)

@@ -19,7 +19,7 @@ validation included), in its own ``python -m mt.train`` process, one at a time. 
     modern    all together: Pre-LN, RMSNorm, SwiGLU, RoPE, QK-norm, kv_heads = heads/2
 
 After each run the final weights (``last.pt``) are scored here: valid greedy BLEU, test2016 beam
-sacreBLEU (the preset's beam 4, GNMT alpha 0.6), decoding sentences/s of that test decode (2 threads),
+sacreBLEU (beam 4, GNMT alpha 0.6, ``topk_eos``, pinned), decoding sentences/s of that test decode (2 threads),
 parameters and KV-cache bytes per generated token (fp32, self-attention, all decoder layers). A row's
 ``result.json`` is written last, so an interrupted ablation resumes at the first unfinished row
 (a half-trained row resumes from its checkpoint). The table goes to ``ablation.md`` and the
@@ -61,7 +61,10 @@ def train_overrides(args: argparse.Namespace, run_dir: Path, options: list[str])
         f"optim.warmup_updates={args.warmup}", f"train.validate_every={args.validate_every}",
         f"train.save_every={args.validate_every}", "train.valid_bleu=false", "train.best_metric=loss",
         "train.keep_last=1", "train.average_last=0", "train.test_at_end=false", "train.progress=false",
-        "train.tensorboard=false", "train.threads=2", *options,
+        "train.tensorboard=false", "train.threads=2",
+        # Every row starts from the paper's model and decoding (the preset has moved on to Pre-LN + RoPE).
+        "model.pre_ln=false", "model.positions=sinusoidal", "decode.stopping=topk_eos", "decode.alpha=0.6",
+        *options,
     ]
 
 

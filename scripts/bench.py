@@ -43,6 +43,8 @@ def train_decode_checkpoint(data_dir: str) -> Path:
         "data.pad_to_multiple=8",
         "model=transformer_small",
         "model.dropout=0.3",
+        "model.pre_ln=false",  # the paper's model (the preset's Pre-LN + RoPE does not export to CTranslate2)
+        "model.positions=sinusoidal",
         "optim.lr=0.001",
         "optim.warmup_updates=1000",
         f"train.max_updates={DECODE_UPDATES}",

@@ -272,6 +272,7 @@ def mt_worker(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose([
             "experiment=multi30k_en_de", f"model={args.mt_worker}", "model.dropout=0.3",
+            "model.pre_ln=false", "model.positions=sinusoidal",  # the paper's model, as fairseq trains it
             *MODELS[args.mt_worker].mt_overrides, f"data.dir={args.data_dir}", f"data.cache_dir={args.cache_dir}",
             "data.vocab_size=8000", "data.max_tokens=4096", f"train.run_dir={tmp}/run", f"train.threads={args.threads}",
             "train.precision=fp32", "train.tensorboard=false", "train.progress=false",

@@ -6,8 +6,8 @@ activations every update (the (B, T, V) logits alone are ~110 MiB at 4096 tokens
 vocabulary), so every step page-faults them in again and the kernel zeroes every page: measured on
 ``transformer_mini`` (45 updates), 6.3 million minor faults and 17 s of system time out of 107 s of
 CPU. With mmap off and trimming raised, freed blocks stay in the heap and are reused: 0.35 million
-faults, 4 s of system time, 1.2-1.4x the target tokens/s, for ~25% more peak RSS (the heap keeps
-its high-water mark and some fragmentation).
+faults, 4 s of system time, 1.11-1.37x the target tokens/s (5 alternated rounds), for 16-27% more
+peak RSS (the heap keeps its high-water mark and some fragmentation).
 
 ``train.keep_freed_memory=false`` restores glibc's defaults. Elsewhere (macOS, musl) this is a no-op.
 """

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from mt.model.dropout import Dropout
+
 
 def token_embedding(vocab_size: int, d_model: int, pad_id: int) -> nn.Embedding:
     """A (V, D) embedding initialised N(0, D^-0.5) with a zero padding row (fairseq, tensor2tensor).
@@ -96,7 +98,7 @@ class TransformerEmbedding(nn.Module):
         self.token = token
         self.positions = positions
         self.scale = math.sqrt(token.embedding_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
         """tokens (B, T) at positions ``start ..`` -> (B, T, D)."""

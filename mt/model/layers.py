@@ -8,6 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from mt.model.attention import AttentionCache
+from mt.model.dropout import Dropout
 from mt.model.multihead import MultiHeadAttention
 from mt.model.norms import make_norm
 from mt.model.rope import RotaryEmbedding
@@ -46,7 +47,7 @@ class FeedForward(nn.Module):
         self.fc1 = nn.Linear(d_model, hidden)
         self.activation = nn.SiLU() if gated else ACTIVATIONS[activation]()
         self.gate = nn.Linear(d_model, hidden) if gated else None  # W3, the linear half of the GLU
-        self.dropout = nn.Dropout(activation_dropout)
+        self.dropout = Dropout(activation_dropout)
         self.fc2 = nn.Linear(hidden, d_model)
         for linear in (self.fc1, self.fc2) if self.gate is None else (self.fc1, self.gate, self.fc2):
             nn.init.xavier_uniform_(linear.weight)
@@ -72,7 +73,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, *, dropout: float, pre_ln: bool, norm: str = "layernorm") -> None:
         super().__init__()
         self.norm = make_norm(norm, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_ln = pre_ln
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

@@ -104,3 +104,48 @@ def test_fused_loss_passes_gradcheck():
     from mt.train.loss import _SmoothedNLL
 
     assert torch.autograd.gradcheck(lambda z: _SmoothedNLL.apply(z, target, keep, 0.1), (logits,))
+
+
+def _output_loss_reference(hidden, weight, target, epsilon):
+    logits = torch.nn.functional.linear(hidden, weight)  # (B, T, V)
+    return label_smoothed_nll_loss(logits, target, epsilon, ignore_index=0)
+
+
+@pytest.mark.parametrize("chunk_bytes", [4 * 11 * 5, 4 * 11 * 16, 2**20])  # chunks of 16 rows (the floor), 16, all
+def test_chunked_output_loss_equals_the_logits_path_in_value_and_gradient(chunk_bytes):
+    from mt.train.loss import output_loss
+
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 13, 8, requires_grad=True)  # 39 rows: chunks do not divide it
+    weight = torch.randn(11, 8, requires_grad=True)
+    target = torch.randint(1, 11, (3, 13))
+    target[2, 6:] = 0  # padding
+    loss, nll = output_loss(hidden, weight, target, 0.1, ignore_index=0, chunk_bytes=chunk_bytes)
+    (2.5 * loss).backward()  # an upstream scale (fp16's grad scaler) reaches both gradients
+    grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    ref_loss, ref_nll = _output_loss_reference(hidden, weight, target, 0.1)
+    (2.5 * ref_loss).backward()
+    assert torch.allclose(loss, ref_loss, rtol=1e-6) and torch.allclose(nll, ref_nll, rtol=1e-6)
+    assert torch.allclose(grads[0], hidden.grad, atol=1e-6) and torch.allclose(grads[1], weight.grad, atol=1e-6)
+    assert not nll.requires_grad
+
+
+def test_chunked_output_loss_under_bf16_autocast_is_close_to_float32():
+    from mt.train.loss import output_loss
+
+    torch.manual_seed(0)
+    hidden = torch.randn(4, 20, 32, requires_grad=True)
+    weight = (0.2 * torch.randn(50, 32)).requires_grad_()
+    target = torch.randint(1, 50, (4, 20))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = output_loss(hidden, weight, target, 0.1, ignore_index=0, chunk_bytes=4 * 50 * 16)
+    loss.backward()
+    assert loss.dtype == torch.float32 and hidden.grad.dtype == torch.float32 and weight.grad.dtype == torch.float32
+    bf16 = loss.detach(), hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    ref, _ = _output_loss_reference(hidden, weight, target, 0.1)
+    ref.backward()
+    assert torch.allclose(bf16[0], ref, rtol=1e-2)
+    assert torch.allclose(bf16[1], hidden.grad, rtol=0.05, atol=0.05 * hidden.grad.abs().max().item())
+    assert torch.allclose(bf16[2], weight.grad, rtol=0.05, atol=0.05 * weight.grad.abs().max().item())

@@ -63,7 +63,8 @@ def fresh(seed: int = 0, adam: bool = False):
 
 def context(model, optimizer, info: DistInfo | None = None) -> StepContext:
     info = info or DistInfo()
-    return StepContext(model=model, optimizer=optimizer, dist=info, device=torch.device("cpu"),
+    return StepContext(model=model, output_weight=getattr(model, "module", model).decoder.output_weight,
+                       optimizer=optimizer, dist=info, device=torch.device("cpu"),
                        label_smoothing=0.1, pad_id=PAD_ID, clip_norm=0.0, autocast=contextlib.nullcontext)
 
 

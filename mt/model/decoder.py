@@ -37,11 +37,15 @@ class Decoder(nn.Module):
     def new_cache(self) -> DecoderCache:
         return DecoderCache(len(self.layers))
 
-    def forward(self, tgt_in: Tensor, enc: EncoderOut, cache: DecodingState | None = None) -> Tensor:
+    def forward(
+        self, tgt_in: Tensor, enc: EncoderOut, cache: DecodingState | None = None, project_output: bool = True
+    ) -> Tensor:
         """tgt_in (B, T); enc: out (B, S, D), pad_mask (B, S), True = padding -> logits (B, T, V).
 
         Without a cache: the full causal forward. With one: ``tgt_in`` holds the new tokens only, their
         positions continue from ``cache.length`` and every layer extends its cache (``mt.model.cache``).
+        ``project_output=False`` returns the last hidden states (B, T, D) instead of the logits: training
+        projects them inside its loss (``mt.train.loss.output_loss``), never holding (B, T, V) whole.
         """
         start = 0 if cache is None else cache.length
         x = self.embedding(tgt_in, start)  # (B, T, D)
@@ -55,7 +59,7 @@ class Decoder(nn.Module):
                 x = layer(x, enc.out, None, step, start)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return F.linear(x, self.output_weight)  # (B, T, V)
+        return F.linear(x, self.output_weight) if project_output else x  # (B, T, V) or (B, T, D)
 
     def cross_attention_weights(
         self, tgt_in: Tensor, memory: Tensor, memory_pad_mask: Tensor, layer: int = -1

@@ -40,9 +40,10 @@ class Seq2SeqTransformer(nn.Module):
         """
         return self.decoder(tgt_in, enc, cache)
 
-    def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, V)."""
-        return self.decode(tgt_in, self.encode(src, src_pad_mask))
+    def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor, project_output: bool = True) -> Tensor:
+        """Teacher-forced logits (B, T, V); with ``project_output=False`` the decoder's last hidden states
+        (B, T, D), which training's loss projects onto ``decoder.output_weight`` itself."""
+        return self.decoder(tgt_in, self.encode(src, src_pad_mask), project_output=project_output)
 
     def new_cache(self, beams_per_sentence: int | None = None) -> DecoderCache | BeamCache:
         """An empty cache for incremental ``decode``: a plain ``DecoderCache`` (one source row per decoder

@@ -17,6 +17,12 @@ from __future__ import annotations
 import torch
 
 
+def _smoothing_weights(epsilon: float, vocab: int) -> tuple[float, float]:
+    """``(on_target, e)``: one token's loss is ``on_target * nll + e * smooth`` (see the module docstring)."""
+    eps_other = epsilon / (vocab - 1)
+    return 1.0 - epsilon - eps_other, eps_other
+
+
 class _SmoothedNLL(torch.autograd.Function):
     """Summed smoothed loss and NLL of logits (N, V) against target (N,), rows with keep=False ignored."""
 
@@ -26,8 +32,8 @@ class _SmoothedNLL(torch.autograd.Function):
         lse = torch.logsumexp(logits, dim=-1)  # (N,)
         nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         smooth = vocab * lse - logits.sum(dim=-1)  # (N,)
-        eps_other = epsilon / (vocab - 1)
-        loss = (1.0 - epsilon - eps_other) * nll + eps_other * smooth
+        on_target, eps_other = _smoothing_weights(epsilon, vocab)
+        loss = on_target * nll + eps_other * smooth
         zero = logits.new_zeros(())
         ctx.save_for_backward(logits, lse, target, keep)
         ctx.epsilon = epsilon
@@ -37,8 +43,7 @@ class _SmoothedNLL(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor, grad_nll: torch.Tensor):
         logits, lse, target, keep = ctx.saved_tensors
         vocab = logits.size(-1)
-        eps_other = ctx.epsilon / (vocab - 1)
-        on_target = 1.0 - ctx.epsilon - eps_other
+        on_target, eps_other = _smoothing_weights(ctx.epsilon, vocab)
         g_loss = grad_loss if grad_loss is not None else logits.new_zeros(())
         g_nll = grad_nll if grad_nll is not None else logits.new_zeros(())
         grad = torch.exp(logits - lse.unsqueeze(1))  # (N, V) softmax
@@ -68,3 +73,76 @@ def label_smoothed_nll_loss(
     target = target.reshape(-1)  # (B*T,)
     keep = target.ne(ignore_index)
     return _SmoothedNLL.apply(flat, target.masked_fill(~keep, 0), keep, float(epsilon))
+
+
+class _ChunkedOutputLoss(torch.autograd.Function):
+    """The summed smoothed loss of ``hidden @ weight^T`` and its NLL, ``chunk`` rows of logits at a time.
+
+    The gradient is formed in the forward pass (the loss is the graph's last node, so its upstream
+    gradient is one scalar): per chunk, ``dL/dz`` as in ``_SmoothedNLL.backward``, then ``dL/dh = dL/dz @ W``
+    and ``dL/dW += dL/dz^T @ h``; backward only scales the saved (N, D) and (V, D) gradients. No (N, V)
+    tensor ever exists whole. Matmuls run in ``dtype`` (bf16 under autocast), the softmax and the sums
+    in float32 (float64 for float64 inputs).
+    The NLL is not differentiable.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target, keep, epsilon: float, chunk: int, dtype: torch.dtype):
+        on_target, eps_other = _smoothing_weights(epsilon, weight.size(0))
+        vocab = weight.size(0)
+        acc = torch.promote_types(dtype, torch.float32)  # the softmax's dtype: float32, or float64 in tests
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(dtype)  # (V, D)
+            grad_hidden = torch.empty_like(hidden)  # (N, D)
+            grad_weight = torch.zeros_like(weight, dtype=acc)  # (V, D)
+            loss_sum = hidden.new_zeros((), dtype=acc)
+            nll_sum = hidden.new_zeros((), dtype=acc)
+            for start in range(0, hidden.size(0), chunk):
+                rows = slice(start, start + chunk)
+                h, t, k = hidden[rows].to(dtype), target[rows].unsqueeze(1), keep[rows]  # (C, D), (C, 1), (C,)
+                z = (h @ w.t()).to(acc)  # (C, V)
+                lse = torch.logsumexp(z, dim=-1)  # (C,)
+                nll = lse - z.gather(1, t).squeeze(1)
+                smooth = vocab * lse - z.sum(dim=-1)
+                loss_sum += torch.where(k, on_target * nll + eps_other * smooth, 0.0).sum()
+                nll_sum += torch.where(k, nll, 0.0).sum()
+                g = z.sub_(lse.unsqueeze(1)).exp_()  # (C, V) softmax, in z's memory
+                g.mul_(on_target + eps_other * vocab).sub_(eps_other)
+                g.scatter_add_(1, t, g.new_full(t.shape, -on_target))
+                g.mul_(k.unsqueeze(1))
+                g = g.to(dtype)
+                grad_hidden[rows] = g @ w  # (C, D)
+                grad_weight += g.t() @ h  # (V, D)
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.weight_dtype = weight.dtype
+        ctx.mark_non_differentiable(nll_sum)
+        return loss_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_loss, (grad_weight * grad_loss).to(ctx.weight_dtype), None, None, None, None, None
+
+
+def output_loss(
+    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int,
+    chunk_bytes: int = 8 * 2**20,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``label_smoothed_nll_loss(hidden @ weight^T, ...)`` without the (B*T, V) logits, for training.
+
+    Args:
+        hidden: (B, T, D) the decoder's last hidden states (``model(..., project_output=False)``).
+        weight: (V, D) the output projection (the tied target embedding).
+        target: (B, T) gold ids, ``ignore_index`` for padding.
+        chunk_bytes: the float32 logits of one chunk of rows (8 MiB: 262 rows of an 8k vocabulary).
+    Returns:
+        ``(loss_sum, nll_sum)`` as ``label_smoothed_nll_loss``; only the loss has a gradient. Under autocast
+        the matmuls run in its dtype, as ``F.linear`` would.
+    """
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+    flat = hidden.reshape(-1, hidden.size(-1))  # (B*T, D)
+    target = target.reshape(-1)  # (B*T,)
+    keep = target.ne(ignore_index)
+    chunk = max(16, chunk_bytes // (4 * weight.size(0)))
+    return _ChunkedOutputLoss.apply(flat, weight, target.masked_fill(~keep, 0), keep, float(epsilon), chunk, dtype)

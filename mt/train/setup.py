@@ -108,7 +108,8 @@ def step_context(parts: Components) -> StepContext:
         # Validation, decoding and checkpoints use the eager ``parts.model`` (the same parameters).
         wrapped = torch.compile(wrapped, dynamic=True)
     return StepContext(
-        model=wrapped, optimizer=parts.optimizer, dist=parts.dist, device=parts.device,
+        model=wrapped, output_weight=parts.model.decoder.output_weight, optimizer=parts.optimizer,
+        dist=parts.dist, device=parts.device,
         label_smoothing=cfg.optim.label_smoothing, pad_id=PAD_ID, clip_norm=cfg.optim.clip_norm,
         autocast=autocast_factory(cfg.train.precision, parts.device), scaler=parts.scaler,
     )

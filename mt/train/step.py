@@ -19,7 +19,7 @@ from torch import nn
 
 from mt.data import Batch
 from mt.train.distributed import DistInfo, all_reduce_sum
-from mt.train.loss import label_smoothed_nll_loss
+from mt.train.loss import output_loss
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class StepContext:
     """What a step needs besides the batches; built once by the trainer."""
 
     model: nn.Module  # possibly DDP-wrapped
+    output_weight: nn.Parameter  # (V, D) the unwrapped model's output projection, used by the loss
     optimizer: torch.optim.Optimizer
     dist: DistInfo
     device: torch.device
@@ -73,8 +74,8 @@ def train_step(ctx: StepContext, micro_batches: Sequence[Batch]) -> StepResult:
             sync = contextlib.nullcontext() if last or not ctx.dist.enabled else model.no_sync()
             with sync:
                 with ctx.autocast():
-                    logits = model(batch.src, batch.src_pad_mask, batch.tgt_in)  # (B, T, V)
-                loss, nll = label_smoothed_nll_loss(logits, batch.tgt_out, ctx.label_smoothing, ctx.pad_id)
+                    hidden = model(batch.src, batch.src_pad_mask, batch.tgt_in, project_output=False)  # (B, T, D)
+                    loss, nll = output_loss(hidden, ctx.output_weight, batch.tgt_out, ctx.label_smoothing, ctx.pad_id)
                 (ctx.scaler.scale(loss) if ctx.scaler is not None else loss).backward()
             local_loss += float(loss.detach())
             local_nll += float(nll.detach())

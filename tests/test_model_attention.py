@@ -1,9 +1,13 @@
 """Scaled dot-product and multi-head attention: worked example, masks, fast path = reference path."""
 
+import importlib
+
 import pytest
 import torch
 
 from mt.model import DecoderCache, EncoderOut, MultiHeadAttention, attention, causal_mask
+
+attention_module = importlib.import_module("mt.model.attention")  # the package's `attention` is the function
 
 Q = [[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]]
 K = [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]
@@ -18,7 +22,8 @@ def _t(rows: list[list[float]]) -> torch.Tensor:
 
 @pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "reference"])
 def test_worked_example(need_weights: bool) -> None:
-    out, weights = attention(_t(Q), _t(K), _t(V), need_weights=need_weights)
+    with torch.no_grad():  # inference: the fused kernel unless need_weights
+        out, weights = attention(_t(Q), _t(K), _t(V), need_weights=need_weights)
     assert out.shape == (1, 1, 3, 2)
     assert torch.allclose(out[0, 0].round(decimals=4), torch.tensor(OUTPUT), atol=1e-6)
     if need_weights:
@@ -70,12 +75,15 @@ def test_causal_mask_is_bottom_right_aligned() -> None:
 def test_fast_path_equals_reference_path(queries: int, keys: int, padded: bool, is_causal: bool) -> None:
     q, k, v = _qkv(queries=queries, keys=keys)
     mask = _key_mask([keys, keys - 2, 3], keys) if padded else None
-    fast, _ = attention(q, k, v, mask, is_causal=is_causal)
+    with torch.no_grad():  # inference: the fused kernel
+        fast, _ = attention(q, k, v, mask, is_causal=is_causal)
     reference, _ = attention(q, k, v, mask, is_causal=is_causal, need_weights=True)
     assert torch.allclose(fast, reference, atol=1e-5)
 
 
-def test_fully_masked_row_gives_zeros_not_nan_on_both_paths() -> None:
+@pytest.mark.parametrize("max_keys", [0, 64], ids=["fused-kernel", "matmuls"])
+def test_fully_masked_row_gives_zeros_not_nan_on_both_paths(max_keys: int, monkeypatch) -> None:
+    monkeypatch.setattr(attention_module, "MATMUL_MAX_KEYS", max_keys)
     q, k, v = _qkv()
     mask = _key_mask([7, 0, 3], 7)  # the second sentence has no key at all
     for need_weights in (False, True):
@@ -88,6 +96,40 @@ def test_fully_masked_row_gives_zeros_not_nan_on_both_paths() -> None:
         q.grad = None
         if weights is not None:
             assert (weights[1] == 0).all()
+
+
+def test_training_takes_the_matmul_path_only_on_cpu_with_grad_and_short_keys() -> None:
+    q = torch.randn(2, 2, 3, 4)
+    assert attention_module.matmuls_are_faster(q, 64) and not attention_module.matmuls_are_faster(q, 65)
+    with torch.no_grad():
+        assert not attention_module.matmuls_are_faster(q, 10)
+
+
+@pytest.mark.parametrize(
+    ("queries", "keys", "padded", "is_causal", "kv_heads"),
+    [(5, 7, True, False, 2), (6, 6, False, True, 2), (6, 6, True, True, 2), (5, 7, True, False, 1)],
+    ids=["padding", "causal", "padding+causal", "gqa"],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmul_path_equals_the_fused_kernel_in_value_and_gradient(
+    queries: int, keys: int, padded: bool, is_causal: bool, kv_heads: int, dtype: torch.dtype, monkeypatch
+) -> None:
+    torch.manual_seed(0)
+    q = torch.randn(3, 2, queries, 8)
+    k, v = torch.randn(3, kv_heads, keys, 8), torch.randn(3, kv_heads, keys, 8)
+    mask = _key_mask([keys, keys - 2, 3], keys) if padded else None
+    grad = torch.randn(3, 2, queries, 8)
+
+    def run(max_keys: int) -> list[torch.Tensor]:
+        monkeypatch.setattr(attention_module, "MATMUL_MAX_KEYS", max_keys)
+        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        out, _ = attention(*leaves, mask, is_causal=is_causal)
+        out.float().backward(grad)
+        return [out.float(), *(t.grad.float() for t in leaves)]
+
+    tolerance = 1e-5 if dtype == torch.float32 else 5e-2
+    for matmuls, fused in zip(run(64), run(0), strict=True):
+        assert torch.allclose(matmuls, fused, atol=tolerance, rtol=tolerance)
 
 
 def test_multi_head_attention_shapes_and_parameters() -> None:

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mt.model.dropout import dropout
+
 
 def causal_mask(queries: int, keys: int, device: torch.device | None = None) -> Tensor:
     """Bool (T, S) mask, True = may attend, aligned bottom-right (query i is at position S - T + i)."""
@@ -56,7 +58,7 @@ def attention(
         mask = causal if mask is None else mask & causal
         is_causal = False
     gqa = k.size(-3) != q.size(-3)
-    if not need_weights:
+    if not need_weights and not matmuls_are_faster(q, keys):
         if q.dtype == torch.bfloat16 and q.device.type == "cpu":
             return _sdpa_in_float32(q, k, v, mask, dropout_p, is_causal, gqa), None
         extra = {"enable_gqa": True} if gqa else {}  # no K/V copies; only when needed (same kernel as before)
@@ -64,19 +66,45 @@ def attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, **extra
         )
         return out, None
+    if is_causal:
+        mask = causal_mask(queries, keys, q.device)
+    return _attention_by_matmuls(q, k, v, mask, dropout_p, need_weights)
 
-    if gqa:  # the reference path repeats each K/V head for its query heads
+
+MATMUL_MAX_KEYS = 64  # up to here, CPU training attends with two batched matmuls (see matmuls_are_faster)
+
+
+def matmuls_are_faster(q: Tensor, keys: int) -> bool:
+    """CPU training with at most ``MATMUL_MAX_KEYS`` keys: two batched matmuls beat the fused kernel.
+
+    torch 2.13's CPU flash attention, forward + backward of a transformer_small batch (160 x 4 heads x 26
+    queries and keys, Dh 64, 2 threads): 25 ms with a padding mask, 25 ms causal; two matmuls in float32
+    18 / 15 ms, in bfloat16 with a float32 softmax 14 / 11 ms; at 50 and 100 keys (80 and 40 rows) the
+    matmuls still win, 15 / 10 and 14 / 13 ms in bfloat16 against 22-25 ms. In a transformer_mini bf16
+    update the fused kernel was 27% of the time (torch.profiler). The matmuls keep the (B, H, T, S)
+    weights for the backward pass; past 64 keys, and for inference (no autograd), the fused kernel stays.
+    """
+    return q.device.type == "cpu" and torch.is_grad_enabled() and keys <= MATMUL_MAX_KEYS
+
+
+def _attention_by_matmuls(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, need_weights: bool
+) -> tuple[Tensor, Tensor | None]:
+    """The reference path: the matmuls in q's dtype, the scores and softmax in float32 (or float64)."""
+    if k.size(-3) != q.size(-3):  # grouped-query attention: each K/V head repeated for its query heads
         group = q.size(-3) // k.size(-3)
         k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, H, T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    scores = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32))  # (B, H, T, S)
+    scores = scores.mul_(1.0 / math.sqrt(q.size(-1)))
+    if mask is not None and mask.dtype == torch.bool:
+        scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
+    elif mask is not None:
+        scores = scores + mask  # an additive float mask
     weights = torch.softmax(scores, dim=-1)
-    if mask is not None:
+    if mask is not None and mask.dtype == torch.bool:
         weights = weights.masked_fill(~mask, 0.0)  # exact zeros; a fully masked row gets all zeros
-    out = F.dropout(weights, p=dropout_p) @ v  # (B, H, T, Dh)
-    return out, weights
+    out = dropout(weights, dropout_p, training=dropout_p > 0).to(v.dtype) @ v  # (B, H, T, Dh)
+    return out, weights if need_weights else None
 
 
 def _sdpa_in_float32(

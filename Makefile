@@ -21,14 +21,14 @@ OUT ?=
 QUANT ?=
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
-.PHONY: install test train translate eval export summary bench bench-scale bench-peers ablate plots average lint clean help
+.PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-bf16 bench-curves ablate plots average lint clean help
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
 	@echo "make translate [EXP=..|CKPT=..] [INPUT=file] [OUTPUT=file]   (stdin -> stdout otherwise)"
 	@echo "make eval [EXP=..|CKPT=..] [ARGS='--align 3']                 (report under reports/)"
 	@echo "make export TO=ctranslate2|hf CKPT=path/to/checkpoint.pt OUT=dir [QUANT=int8] [ARGS=--force]"
-	@echo "make bench-scale PAIRS=4500000 | make bench-peers | make ablate [ARGS='--minutes 30']"
+	@echo "make bench-scale PAIRS=4500000 | make bench-peers | make bench-bf16 | make bench-curves | make ablate [ARGS='--minutes 30']"
 	@echo "make test | make bench | make summary MODEL=transformer_base VOCAB=37000 | make plots RUN=runs/demo"
 
 $(STAMP): pyproject.toml
@@ -80,6 +80,12 @@ bench-peers: $(STAMP)
 
 bench-scale: $(STAMP)
 	$(BIN)/python scripts/bench_scale.py --pairs $(or $(PAIRS),1000000) --results bench/scale-results.jsonl $(ARGS)
+
+bench-bf16: $(STAMP)
+	$(BIN)/python scripts/bf16_parity.py $(ARGS)
+
+bench-curves: $(STAMP)
+	$(BIN)/python scripts/bench_curves.py $(ARGS)
 
 ablate: $(STAMP)
 	$(BIN)/python scripts/ablate.py $(ARGS)

@@ -56,15 +56,13 @@ ROWS: dict[str, tuple[str, list[str]]] = {
 def train_overrides(args: argparse.Namespace, run_dir: Path, options: list[str]) -> list[str]:
     """The recipe every row shares, then the row's model options."""
     return [
-        "experiment=multi30k_en_de", f"data.dir={args.data_dir}", f"train.run_dir={run_dir}",
+        # Every row starts from the paper's model and decoding (the preset has moved on to Pre-LN + RoPE).
+        "experiment=multi30k_en_de_paper", f"data.dir={args.data_dir}", f"train.run_dir={run_dir}",
         f"train.max_time_minutes={args.minutes}", "train.max_updates=1000000", f"train.seed={args.seed}",
         f"optim.warmup_updates={args.warmup}", f"train.validate_every={args.validate_every}",
         f"train.save_every={args.validate_every}", "train.valid_bleu=false", "train.best_metric=loss",
         "train.keep_last=1", "train.average_last=0", "train.test_at_end=false", "train.progress=false",
-        "train.tensorboard=false", "train.threads=2",
-        # Every row starts from the paper's model and decoding (the preset has moved on to Pre-LN + RoPE).
-        "model.pre_ln=false", "model.positions=sinusoidal", "decode.stopping=topk_eos", "decode.alpha=0.6",
-        *options,
+        "train.tensorboard=false", "train.threads=2", *options,
     ]
 
 

@@ -36,15 +36,13 @@ def train_decode_checkpoint(data_dir: str) -> Path:
     if path.exists():
         return path
     overrides = [
-        "experiment=multi30k_en_de",
+        "experiment=multi30k_en_de_paper",  # the paper's model: it exports to CTranslate2 (Pre-LN + RoPE does not)
         f"name={DECODE_RUN}",
         f"train.run_dir={run_dir}",
         f"data.dir={data_dir}",
         "data.pad_to_multiple=8",
         "model=transformer_small",
         "model.dropout=0.3",
-        "model.pre_ln=false",  # the paper's model (the preset's Pre-LN + RoPE does not export to CTranslate2)
-        "model.positions=sinusoidal",
         "optim.lr=0.001",
         "optim.warmup_updates=1000",
         f"train.max_updates={DECODE_UPDATES}",

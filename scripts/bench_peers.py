@@ -1,7 +1,8 @@
 """``make bench-peers``: training throughput of mt and fairseq 0.12 side by side, on Multi30k en->de.
 
     python scripts/bench_peers.py [--models transformer_small transformer_mini] [--pairs 3]
-                                  [--updates-small 100] [--updates-mini 300] [--warmup 20] [--threads 2]
+                                  [--updates-small 40] [--updates-mini 80] [--warmup 20] [--threads 2]
+                                  [--mt-precisions bf16 fp32]
                                   [--peers-dir ../shared/peers] [--results bench/peers-results.jsonl]
                                   [--skip-build] [--force]
 
@@ -10,14 +11,18 @@
    joint 8k SentencePiece BPE, ``fairseq-preprocess``) when missing.
 2. Refuses to start while another process uses more than half a core (``--force`` overrides): the two
    systems are compared on the same 2 cores, and a neighbour would skew whichever runs beside it.
-3. For each of ``--pairs`` pairs and each model: fairseq, then mt, one process at a time (A B A B ...), each a
-   fresh process under ``/usr/bin/time -v`` (peak RSS) doing ``--warmup`` untimed updates then the timed ones.
+3. For each of ``--pairs`` pairs and each model: fairseq, then mt in each of ``--mt-precisions`` (default bf16,
+   the Multi30k preset's, then fp32, fairseq's), one process at a time (A B C A B C ...), each a fresh process
+   under ``/usr/bin/time -v`` (peak RSS) doing ``--warmup`` untimed updates then the timed ones.
 4. Prints each run, then medians over the pairs, and last one line per model,
-   ``ratio <model>: X.XX`` (mt / fairseq target tokens/s, medians). Raw results go to ``--results`` (JSON lines).
+   ``ratio <model>: X.XX`` (mt in the first of ``--mt-precisions`` / fairseq target tokens/s, medians), then
+   ``ratio <model> (mt <precision>): X.XX`` for the others. Raw results go to ``--results`` (JSON lines).
 
 Both sides: Multi30k en->de, joint 8k BPE, max_tokens 4096, dropout 0.3, shared embeddings, label smoothing 0.1,
-Adam (0.9, 0.98), fp32, CPU, ``--threads`` threads, data loading in the training process, no validation and
-no checkpoints. The lr schedule, warmup and clipping are each model's recipe (the peer README's), on both sides.
+Adam (0.9, 0.98), CPU, ``--threads`` threads, data loading in the training process, no validation and
+no checkpoints. fairseq trains in fp32 (0.12's ``--bf16`` "implies --tpu"); mt in each of ``--mt-precisions``
+(bf16: autocast; the softmax, loss and Adam in fp32; its loss parity with fp32: ``make bench-bf16``).
+The lr schedule, warmup and clipping are each model's recipe (the peer README's), on both sides.
 Padding: mt's Multi30k preset pads lengths to a multiple of 1 (``data.pad_to_multiple=1``); fairseq 0.12 pads
 lengths to ``--required-seq-len-multiple`` (default 1) and rounds batch *sizes* (sentences, not lengths) down to
 ``--required-batch-size-multiple`` (default 8), so neither side pads beyond the longest sentence of a batch.
@@ -84,7 +89,7 @@ MODELS = {
         run="bench-peers-small",
         fairseq_args=(),  # 6+6, d 256, ffn 1024, 4 heads; lr 7e-4, warmup 1000, no clipping
         mt_overrides=("optim.lr=0.0007", "optim.warmup_updates=1000", "optim.clip_norm=0"),
-        default_updates=100,
+        default_updates=40,
     ),
     "transformer_mini": ModelSpec(
         run="bench-peers-mini",
@@ -94,7 +99,7 @@ MODELS = {
             "--lr", "0.005", "--warmup-updates", "2000", "--warmup-init-lr", "1e-7", "--clip-norm", "25",
         ),
         mt_overrides=("optim.lr=0.005", "optim.warmup_updates=2000", "optim.warmup_init_lr=1e-7", "optim.clip_norm=25"),
-        default_updates=300,
+        default_updates=80,
     ),
 }
 
@@ -143,6 +148,16 @@ def run_figures(intervals: list[dict[str, float]]) -> dict[str, float]:
         "sentences_per_s": statistics.median(d["bsz"] * d["ups"] for d in intervals),
         "tokens_per_update": median_of(intervals, "wpb"), "sentences_per_update": median_of(intervals, "bsz"),
     }
+
+
+def ratio_lines(ratios: dict[str, dict[str, float]]) -> list[str]:
+    """``ratio <model>: X.XX`` for each model's first mt system, ``ratio <model> (<system>): X.XX`` for the rest."""
+    lines = []
+    for name, by_system in ratios.items():
+        for i, (system, ratio) in enumerate(by_system.items()):
+            lines.append(f"ratio {name}: {ratio:.2f}  ({system} / fairseq)" if i == 0
+                         else f"ratio {name} ({system}): {ratio:.2f}")
+    return lines
 
 
 # ---- the machine --------------------------------------------------------------------------------------
@@ -237,11 +252,12 @@ def run_fairseq(args: argparse.Namespace, name: str, updates: int, paths: dict[s
     }
 
 
-def run_mt(args: argparse.Namespace, name: str, updates: int, timing: ModuleType) -> dict:
+def run_mt(args: argparse.Namespace, name: str, updates: int, timing: ModuleType, precision: str) -> dict:
     """One fresh mt worker process (this script, ``--mt-worker``) under /usr/bin/time -v."""
     result = args.work_dir / f"mt_{name}.json"
     cmd = [
         sys.executable, str(Path(__file__).resolve()), "--mt-worker", name, "--updates", str(updates),
+        "--worker-precision", precision,
         "--warmup", str(args.warmup), "--interval", str(args.interval), "--threads", str(args.threads),
         "--data-dir", str(args.data_dir),
         "--cache-dir", str(args.cache_dir), "--worker-out", str(result),
@@ -271,11 +287,10 @@ def mt_worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose([
-            "experiment=multi30k_en_de", f"model={args.mt_worker}", "model.dropout=0.3",
-            "model.pre_ln=false", "model.positions=sinusoidal",  # the paper's model, as fairseq trains it
+            "experiment=multi30k_en_de_paper", f"model={args.mt_worker}", "model.dropout=0.3",  # as fairseq trains it
             *MODELS[args.mt_worker].mt_overrides, f"data.dir={args.data_dir}", f"data.cache_dir={args.cache_dir}",
             "data.vocab_size=8000", "data.max_tokens=4096", f"train.run_dir={tmp}/run", f"train.threads={args.threads}",
-            "train.precision=fp32", "train.tensorboard=false", "train.progress=false",
+            f"train.precision={args.worker_precision}", "train.tensorboard=false", "train.progress=false",
         ])
         parts = build_components(cfg)  # a fresh run: nothing to resume
         ctx = step_context(parts)
@@ -295,7 +310,8 @@ def mt_worker(args: argparse.Namespace) -> None:
             result = train_step(ctx, [collate(train, indices, cfg.data.pad_to_multiple)])
             return result.ntokens, len(indices), result.skipped is not None
 
-        print(f"mt {args.mt_worker}: pad_to_multiple {cfg.data.pad_to_multiple}, {args.threads} threads", flush=True)
+        print(f"mt {args.mt_worker}: {cfg.train.precision}, pad_to_multiple {cfg.data.pad_to_multiple}, "
+              f"{args.threads} threads", flush=True)
         for step in range(1, args.warmup + 1):
             update(step)
         intervals = []
@@ -348,6 +364,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=LOG_INTERVAL, help="untimed updates (multiple of --interval)")
     p.add_argument("--interval", type=int, default=LOG_INTERVAL, help="updates per timed interval")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--mt-precisions", nargs="+", default=["bf16", "fp32"], choices=["fp32", "bf16"],
+                   help="mt's train.precision, one run each per pair; the first gives the 'ratio <model>:' line")
     p.add_argument("--peers-dir", type=Path, default=REPO.parent / "shared" / "peers")
     p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
     p.add_argument("--cache-dir", type=Path, default=REPO / "data" / "cache", help="mt's data.cache_dir")
@@ -357,6 +375,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mt-worker", choices=list(MODELS), help=argparse.SUPPRESS)
     p.add_argument("--updates", type=int, help=argparse.SUPPRESS)
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
+    p.add_argument("--worker-precision", default="fp32", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.mt_worker is None:
         counts = {"--warmup": args.warmup, "--updates-small": args.updates_small, "--updates-mini": args.updates_mini}
@@ -388,6 +407,7 @@ def main() -> None:
     args.results.parent.mkdir(parents=True, exist_ok=True)
     session = {"session": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mt_commit": git_commit(),
                "threads": args.threads, "warmup": args.warmup, "interval": args.interval}
+    systems = ["fairseq", *(f"mt {precision}" for precision in args.mt_precisions)]
     print(f"{args.pairs} pair(s), {args.warmup} warmup updates, intervals of {args.interval}, {args.threads} threads; "
           f"fairseq logs in {paths['PEERS_LOGS']}, results to {args.results}", flush=True)
     rows: list[dict] = []
@@ -395,30 +415,30 @@ def main() -> None:
         args.work_dir = Path(work)
         for pair in range(1, args.pairs + 1):
             for name in args.models:
-                for system in ("fairseq", "mt"):
+                for system in systems:
                     run = (run_fairseq(args, name, updates[name], paths, timing) if system == "fairseq"
-                           else run_mt(args, name, updates[name], timing))
+                           else run_mt(args, name, updates[name], timing, system.split()[1]))
                     row = {**session, "kind": "run", "pair": pair, "model": name, "system": system,
                            "updates": updates[name], **run}
                     rows.append(row)
                     results.write(json.dumps(row) + "\n")
                     results.flush()
-                    print(f"pair {pair} {name:17s} {system:7s}: {fmt(row)}", flush=True)
+                    print(f"pair {pair} {name:17s} {system:9s}: {fmt(row)}", flush=True)
     print(f"\nmedians over {args.pairs} pair(s):")
     ratios = {}
     with args.results.open("a") as results:
         for name in args.models:
             med = {}
-            for system in ("fairseq", "mt"):
+            for system in systems:
                 mine = [r for r in rows if r["model"] == name and r["system"] == system]
                 med[system] = {k: median_of(mine, k) for k in SUMMARY_KEYS}
-                print(f"  {name:17s} {system:7s}: {fmt(med[system])}")
-            ratios[name] = med["mt"]["tokens_per_s"] / med["fairseq"]["tokens_per_s"]
+                print(f"  {name:17s} {system:9s}: {fmt(med[system])}")
+            ratios[name] = {s: med[s]["tokens_per_s"] / med["fairseq"]["tokens_per_s"] for s in systems[1:]}
             summary = {**session, "kind": "summary", "model": name, "pairs": args.pairs, "updates": updates[name],
                        "medians": med, "ratio_tokens_per_s": ratios[name]}
             results.write(json.dumps(summary) + "\n")
-    for name, ratio in ratios.items():
-        print(f"ratio {name}: {ratio:.2f}")
+    print()
+    print("\n".join(ratio_lines(ratios)))
 
 
 if __name__ == "__main__":

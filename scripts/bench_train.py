@@ -41,8 +41,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = compose([
-            "experiment=multi30k_en_de", f"model={args.model}", "model.dropout=0.3",
-            "model.pre_ln=false", "model.positions=sinusoidal",  # the paper's model, as the peers train it
+            "experiment=multi30k_en_de_paper", f"model={args.model}", "model.dropout=0.3",  # as the peers train it
             f"data.dir={args.data_dir}", "data.vocab_size=8000", f"data.max_tokens={args.max_tokens}",
             f"train.run_dir={tmp}/run", f"train.threads={args.threads}", f"train.precision={args.precision}",
             "train.tensorboard=false", "train.progress=false", *args.override,

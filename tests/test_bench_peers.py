@@ -82,3 +82,10 @@ def test_exact_ups_is_wps_over_wpb(bench):
     figures = bench.run_figures([interval, bench.exact_ups({"wps": 1000, "ups": 0.3, "wpb": 3000, "bsz": 200})])
     assert figures["tokens_per_s"] == pytest.approx((1189.5 + 1000) / 2)
     assert figures["sentences_per_s"] == pytest.approx((236.4 * 1189.5 / 3412.1 + 200 / 3) / 2)
+
+
+def test_ratio_lines_name_the_first_mt_system_plainly_and_the_others_in_parentheses(bench):
+    lines = bench.ratio_lines({"transformer_small": {"mt bf16": 1.534, "mt fp32": 1.1},
+                               "transformer_mini": {"mt bf16": 1.6, "mt fp32": 1.25}})
+    assert lines == ["ratio transformer_small: 1.53  (mt bf16 / fairseq)", "ratio transformer_small (mt fp32): 1.10",
+                     "ratio transformer_mini: 1.60  (mt bf16 / fairseq)", "ratio transformer_mini (mt fp32): 1.25"]

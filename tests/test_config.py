@@ -145,3 +145,14 @@ def test_a_rule_for_a_field_the_group_lacks_is_skipped():
     assert Rule("min_len", lambda v, g: False, "never").problem("decode", OldDecode()) is None
     rule = Rule("beam_size", lambda v, g: v >= 1, "must be >= 1")
     assert rule.problem("decode", OldDecode()) == "decode.beam_size=0: must be >= 1"
+
+
+def test_multi30k_paper_preset_is_the_preset_with_the_papers_model_and_decoding():
+    from mt.config import compose
+
+    paper, preset = compose(["experiment=multi30k_en_de_paper"]), compose(["experiment=multi30k_en_de"])
+    assert (paper.model.pre_ln, paper.model.positions) == (False, "sinusoidal")
+    assert (paper.decode.stopping, paper.decode.alpha) == ("topk_eos", 0.6)
+    assert paper.model.d_model == preset.model.d_model and paper.optim == preset.optim and paper.data == preset.data
+    assert replace(paper.train, run_dir="") == replace(preset.train, run_dir="")
+    assert paper.name == "multi30k_en_de_paper" and paper.train.run_dir.endswith("multi30k_en_de_paper")

@@ -59,9 +59,14 @@ def _series(rows: list[dict], split: str, key: str) -> tuple[list[float], list[f
 
 
 def line_plot(
-    path: Path, title: str, ylabel: str, lines: list[tuple[str, list[float], list[float]]], log_y: bool = False
+    path: Path,
+    title: str,
+    ylabel: str,
+    lines: list[tuple[str, list[float], list[float]]],
+    log_y: bool = False,
+    x_label: str = "step (updates)",
 ) -> Path:
-    """One PNG of labelled ``(label, steps, values)`` series against updates."""
+    """One PNG of labelled ``(label, xs, values)`` series (against updates unless ``x_label`` says otherwise)."""
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
     if log_y:
@@ -69,7 +74,7 @@ def line_plot(
     for label, steps, values in lines:
         ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=label)
     ax.set_title(title)
-    ax.set_xlabel("step (updates)")
+    ax.set_xlabel(x_label)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend()

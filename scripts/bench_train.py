@@ -2,9 +2,11 @@
 
     python scripts/bench_train.py [--data-dir ../shared/data/multi30k] [--model transformer_small]
                                   [--updates 20] [--repeats 3] [--warmup 5] [--threads 2]
+                                  [--max-tokens 4096] [--precision fp32|bf16] [--override KEY=VALUE ...]
 
-Joint 8k BPE, max_tokens=4096, dropout 0.3, fp32. Times whole updates (collate + forward + backward
-+ Adam), after ``--warmup`` untimed updates; prints target tokens/s, updates/s and peak RSS.
+The paper's model (``experiment=multi30k_en_de_paper``: Post-LN, sinusoids), joint 8k BPE, dropout 0.3.
+Times whole updates (collate + forward + backward + Adam), after ``--warmup`` untimed updates; prints
+target tokens/s, updates/s and peak RSS.
 """
 
 from __future__ import annotations

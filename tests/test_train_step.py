@@ -118,3 +118,13 @@ def test_two_gloo_ranks_equal_one_process_seeing_both_batches(tmp_path):
         train_step(context(model, opt), [make_batch(per_rank[0][u][0]), make_batch(per_rank[1][u][0])])
     for name, value in model.state_dict().items():
         assert torch.allclose(ddp_params[name], value, atol=1e-5), name
+
+
+def test_cpu_has_native_bf16_reads_torchs_probes(monkeypatch):
+    from mt.train.setup import cpu_has_native_bf16
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert not cpu_has_native_bf16()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert cpu_has_native_bf16()

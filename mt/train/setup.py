@@ -59,6 +59,9 @@ def build_components(cfg: Config) -> Components:
     if device.type == "cuda" and dist.enabled:
         device = torch.device("cuda", dist.local_rank)
     autocast_factory(tc.precision, device)  # an impossible precision fails before the data is prepared
+    if tc.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
+        logger.warning("train.precision=bf16 on a CPU without AVX512-BF16 or AMX: bf16 matmuls are emulated "
+                       "there and can be slower than fp32; give train.precision=fp32 if tokens/s drop")
     data = prepare_data_once(cfg, dist)
     if not data.tokenizers.joint and cfg.model.share_all_embeddings:
         logger.info("separate vocabularies: tying only the decoder's input and output embeddings")
@@ -113,6 +116,12 @@ def step_context(parts: Components) -> StepContext:
         label_smoothing=cfg.optim.label_smoothing, pad_id=PAD_ID, clip_norm=cfg.optim.clip_norm,
         autocast=autocast_factory(cfg.train.precision, parts.device), scaler=parts.scaler,
     )
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX), where bf16 training pays off."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's probes (private API)
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 def autocast_factory(precision: str, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:

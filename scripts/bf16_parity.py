@@ -10,7 +10,8 @@ preset's (data, model, batches, schedule, seed-dependent initialisation and data
 trained again, so an interrupted comparison resumes.
 
 Prints and writes ``parity.md`` (valid perplexity per seed at each validation step, the bf16/fp32 difference
-in percent, training target tokens/s of each run) and ``valid_ppl.png`` to ``--out``. Last line:
+in percent, training target tokens/s of each run) and ``valid_ppl.png`` (the difference against updates) to
+``--out``. Last line:
 ``bf16 parity: max |ppl difference| X.XX% at <updates> updates over N seeds (goal <= 2%)``.
 """
 
@@ -96,12 +97,18 @@ def table(curves: dict[tuple[str, int], dict[int, float]], speeds: dict[tuple[st
     return "\n".join(lines)
 
 
-def plot(curves: dict[tuple[str, int], dict[int, float]], out: Path) -> Path:
+def plot(curves: dict[tuple[str, int], dict[int, float]], seeds: list[int], out: Path) -> Path:
+    """The bf16 - fp32 valid perplexity difference (%) of each seed against updates (the curves themselves
+    overlap to the eye)."""
     from mt.eval.plots import line_plot
 
-    lines = [(f"{precision} seed {seed}", list(c), list(c.values())) for (precision, seed), c in sorted(curves.items())]
-    return line_plot(out / "valid_ppl.png", "Multi30k valid perplexity, fp32 vs bf16 (same updates)",
-                     "valid perplexity", lines, log_y=True)
+    lines = []
+    for seed in seeds:
+        steps = sorted(set(curves["fp32", seed]) & set(curves["bf16", seed]))
+        diffs = [relative_difference(curves["bf16", seed][s], curves["fp32", seed][s]) for s in steps]
+        lines.append((f"seed {seed}", steps, diffs))
+    return line_plot(out / "valid_ppl.png", "Multi30k valid perplexity: bf16 against fp32, same updates",
+                     "bf16 - fp32 valid perplexity (%)", lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "parity.md").write_text(md + "\n")
     worst = max(abs(relative_difference(curves["bf16", s][args.updates], curves["fp32", s][args.updates]))
                 for s in args.seeds)
-    print(f"\n{md}\n\nvalid perplexity curves: {plot(curves, args.out)}")
+    print(f"\n{md}\n\nvalid perplexity differences: {plot(curves, args.seeds, args.out)}")
     print(f"bf16 parity: max |ppl difference| {worst:.2f}% at {args.updates} updates over {len(args.seeds)} seeds "
           f"(goal <= 2%)")
 

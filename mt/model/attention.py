@@ -53,12 +53,13 @@ def attention(
     queries, keys = q.size(-2), k.size(-2)
     if is_causal and queries == 1:
         is_causal = False  # a single new query comes last and may see every cached key
-    if is_causal and (need_weights or mask is not None or queries != keys):
+    by_matmuls = need_weights or matmuls_are_faster(q, keys)
+    if is_causal and (by_matmuls or mask is not None or queries != keys):
         causal = causal_mask(queries, keys, q.device)  # (T, S)
         mask = causal if mask is None else mask & causal
         is_causal = False
     gqa = k.size(-3) != q.size(-3)
-    if not need_weights and not matmuls_are_faster(q, keys):
+    if not by_matmuls:
         if q.dtype == torch.bfloat16 and q.device.type == "cpu":
             return _sdpa_in_float32(q, k, v, mask, dropout_p, is_causal, gqa), None
         extra = {"enable_gqa": True} if gqa else {}  # no K/V copies; only when needed (same kernel as before)
@@ -66,8 +67,6 @@ def attention(
             q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, **extra
         )
         return out, None
-    if is_causal:
-        mask = causal_mask(queries, keys, q.device)
     return _attention_by_matmuls(q, k, v, mask, dropout_p, need_weights)
 
 

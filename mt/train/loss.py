@@ -23,17 +23,31 @@ def _smoothing_weights(epsilon: float, vocab: int) -> tuple[float, float]:
     return 1.0 - epsilon - eps_other, eps_other
 
 
+def _token_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
+    """Per-row ``(loss, nll, lse)`` of logits z (N, V) against target (N, 1) (the module docstring's formula)."""
+    on_target, eps_other = _smoothing_weights(epsilon, z.size(-1))
+    lse = torch.logsumexp(z, dim=-1)  # (N,)
+    nll = lse - z.gather(1, target).squeeze(1)  # (N,)
+    smooth = z.size(-1) * lse - z.sum(dim=-1)  # (N,)
+    return on_target * nll + eps_other * smooth, nll, lse
+
+
+def _logit_gradient_(probs: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float,
+                     g_loss, g_nll) -> torch.Tensor:
+    """In place: softmax rows probs (N, V) -> d(g_loss * loss_sum + g_nll * nll_sum)/dz; rows with keep=False 0."""
+    on_target, eps_other = _smoothing_weights(epsilon, probs.size(-1))
+    probs.mul_(g_loss * (on_target + eps_other * probs.size(-1)) + g_nll).sub_(g_loss * eps_other)
+    onehot_coef = torch.as_tensor(-(g_loss * on_target + g_nll), dtype=probs.dtype)  # d/dz_y of both sums
+    probs.scatter_add_(1, target, onehot_coef.expand(target.shape))
+    return probs.mul_(keep.unsqueeze(1).to(probs.dtype))
+
+
 class _SmoothedNLL(torch.autograd.Function):
     """Summed smoothed loss and NLL of logits (N, V) against target (N,), rows with keep=False ignored."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float):
-        vocab = logits.size(-1)
-        lse = torch.logsumexp(logits, dim=-1)  # (N,)
-        nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
-        smooth = vocab * lse - logits.sum(dim=-1)  # (N,)
-        on_target, eps_other = _smoothing_weights(epsilon, vocab)
-        loss = on_target * nll + eps_other * smooth
+        loss, nll, lse = _token_losses(logits, target.unsqueeze(1), epsilon)
         zero = logits.new_zeros(())
         ctx.save_for_backward(logits, lse, target, keep)
         ctx.epsilon = epsilon
@@ -42,16 +56,10 @@ class _SmoothedNLL(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor, grad_nll: torch.Tensor):
         logits, lse, target, keep = ctx.saved_tensors
-        vocab = logits.size(-1)
-        on_target, eps_other = _smoothing_weights(ctx.epsilon, vocab)
         g_loss = grad_loss if grad_loss is not None else logits.new_zeros(())
         g_nll = grad_nll if grad_nll is not None else logits.new_zeros(())
-        grad = torch.exp(logits - lse.unsqueeze(1))  # (N, V) softmax
-        grad.mul_(g_loss * (on_target + eps_other * vocab) + g_nll).sub_(g_loss * eps_other)
-        onehot_coef = -(g_loss * on_target + g_nll)  # d/dz_y of both sums
-        grad.scatter_add_(1, target.unsqueeze(1), onehot_coef.expand(target.size(0), 1).to(grad.dtype))
-        grad.mul_(keep.unsqueeze(1).to(grad.dtype))
-        return grad, None, None, None
+        probs = torch.exp(logits - lse.unsqueeze(1))  # (N, V) softmax
+        return _logit_gradient_(probs, target.unsqueeze(1), keep, ctx.epsilon, g_loss, g_nll), None, None, None
 
 
 def label_smoothed_nll_loss(
@@ -79,17 +87,14 @@ class _ChunkedOutputLoss(torch.autograd.Function):
     """The summed smoothed loss of ``hidden @ weight^T`` and its NLL, ``chunk`` rows of logits at a time.
 
     The gradient is formed in the forward pass (the loss is the graph's last node, so its upstream
-    gradient is one scalar): per chunk, ``dL/dz`` as in ``_SmoothedNLL.backward``, then ``dL/dh = dL/dz @ W``
-    and ``dL/dW += dL/dz^T @ h``; backward only scales the saved (N, D) and (V, D) gradients. No (N, V)
-    tensor ever exists whole. Matmuls run in ``dtype`` (bf16 under autocast), the softmax and the sums
-    in float32 (float64 for float64 inputs).
-    The NLL is not differentiable.
+    gradient is one scalar): per chunk, ``dL/dz`` (``_logit_gradient_``, as in ``_SmoothedNLL.backward``),
+    then ``dL/dh = dL/dz @ W`` and ``dL/dW += dL/dz^T @ h``; backward only scales the saved (N, D) and
+    (V, D) gradients. No (N, V) tensor ever exists whole. Matmuls run in ``dtype`` (bf16 under autocast),
+    the softmax and the sums in float32 (float64 for float64 inputs). The NLL is not differentiable.
     """
 
     @staticmethod
     def forward(ctx, hidden, weight, target, keep, epsilon: float, chunk: int, dtype: torch.dtype):
-        on_target, eps_other = _smoothing_weights(epsilon, weight.size(0))
-        vocab = weight.size(0)
         acc = torch.promote_types(dtype, torch.float32)  # the softmax's dtype: float32, or float64 in tests
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(dtype)  # (V, D)
@@ -101,16 +106,11 @@ class _ChunkedOutputLoss(torch.autograd.Function):
                 rows = slice(start, start + chunk)
                 h, t, k = hidden[rows].to(dtype), target[rows].unsqueeze(1), keep[rows]  # (C, D), (C, 1), (C,)
                 z = (h @ w.t()).to(acc)  # (C, V)
-                lse = torch.logsumexp(z, dim=-1)  # (C,)
-                nll = lse - z.gather(1, t).squeeze(1)
-                smooth = vocab * lse - z.sum(dim=-1)
-                loss_sum += torch.where(k, on_target * nll + eps_other * smooth, 0.0).sum()
+                loss, nll, lse = _token_losses(z, t, epsilon)  # (C,) each
+                loss_sum += torch.where(k, loss, 0.0).sum()
                 nll_sum += torch.where(k, nll, 0.0).sum()
-                g = z.sub_(lse.unsqueeze(1)).exp_()  # (C, V) softmax, in z's memory
-                g.mul_(on_target + eps_other * vocab).sub_(eps_other)
-                g.scatter_add_(1, t, g.new_full(t.shape, -on_target))
-                g.mul_(k.unsqueeze(1))
-                g = g.to(dtype)
+                probs = z.sub_(lse.unsqueeze(1)).exp_()  # (C, V) softmax, in z's memory
+                g = _logit_gradient_(probs, t, k, epsilon, 1.0, 0.0).to(dtype)
                 grad_hidden[rows] = g @ w  # (C, D)
                 grad_weight += g.t() @ h  # (V, D)
         ctx.save_for_backward(grad_hidden, grad_weight)

@@ -139,6 +139,7 @@ class TrainConfig:
     threads: int = 0  # 0 = torch default
     compile: bool = False  # torch.compile the training forward (dynamic shapes); compile time is logged
     keep_freed_memory: bool = True  # glibc: reuse freed blocks, no munmap + page faults every step
+    kernel_cache_capacity: int = 32  # bf16 matmul kernels oneDNN and ideep keep on CPU; -1 = theirs (1024)
     log_every: int = 20
     validate_every: int = 1000
     valid_bleu: bool = True  # decode the valid set at each validation (sacreBLEU)

@@ -142,6 +142,11 @@ RULES: dict[str, list[Rule]] = {
         one_of("precision", ("fp32", "bf16", "fp16")),
         Rule("device", lambda v, g: _DEVICE.fullmatch(v) is not None, "must be one of auto | cpu | cuda | cuda:N"),
         at_least("threads", 0, "0 = torch default"),
+        Rule(
+            "kernel_cache_capacity",
+            lambda v, g: v == -1 or v >= 1,
+            "must be >= 1 (bf16 kernels kept; 0 crashes torch's ideep), or -1 (oneDNN's and ideep's own, 1024)",
+        ),
         at_least("log_every", 1, "log every N updates"),
         positive("validate_every", "validate every N updates"),
         at_least("valid_beam_size", 1, "1 = greedy"),

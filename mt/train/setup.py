@@ -23,6 +23,7 @@ from mt.device import resolve_device
 from mt.model import build_model
 from mt.train.allocator import keep_freed_memory
 from mt.train.distributed import DistInfo, barrier, init_distributed
+from mt.train.kernel_cache import bound_kernel_caches
 from mt.train.optim import build_optimizer
 from mt.train.step import StepContext
 
@@ -54,6 +55,7 @@ def build_components(cfg: Config) -> Components:
         torch.set_num_threads(tc.threads)
     if tc.keep_freed_memory:
         keep_freed_memory()
+    bound_kernel_caches(tc.kernel_cache_capacity)  # before the first bf16 matmul: read once
     device = resolve_device(tc.device, key="train.device")
     dist = init_distributed(device.type)
     if device.type == "cuda" and dist.enabled:

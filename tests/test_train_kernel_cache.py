@@ -8,10 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers import tiny_config
 
 from mt.config import ConfigError, compose
 from mt.train.kernel_cache import CAPACITY_ENVS, bound_kernel_caches
-from mt.train.setup import cpu_has_native_bf16
+from mt.train.setup import build_components, cpu_has_native_bf16
 
 
 @pytest.fixture
@@ -49,6 +50,11 @@ def test_zero_is_refused(clean_env) -> None:  # LRU_CACHE_CAPACITY=0 segfaults t
 def test_config_rejects_zero_and_below_minus_one(value) -> None:
     with pytest.raises(ConfigError, match=f"train.kernel_cache_capacity={value}: must be >= 1"):
         compose([f"train.kernel_cache_capacity={value}"])
+
+
+def test_build_components_bounds_the_caches_before_training(clean_env, tmp_path) -> None:
+    build_components(tiny_config(tmp_path, "train.kernel_cache_capacity=7"))
+    assert [os.environ[n] for n in CAPACITY_ENVS] == ["7", "7"]
 
 
 # 60 bf16 linears, forward and both backward matmuls, each with a new row count (as token batches are).

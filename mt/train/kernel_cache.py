@@ -3,10 +3,11 @@
 On CPU, torch runs bf16 matmuls through oneDNN (via ideep), which builds JIT-compiled kernels for
 each exact matmul shape and caches them twice: oneDNN's primitive cache and ideep's own LRU cache,
 1024 entries each. Token-based batches give almost every update new shapes, so every update adds
-kernels for each linear's forward and both backward products. Measured on ``transformer_small`` bf16 (Multi30k,
-4096-token batches, ``train.keep_freed_memory`` on or off alike): RSS rose at each new batch shape,
-from 1.3 GiB after the first update to 2.31-2.42 GiB at update 60 and still rising, while fp32 (MKL,
-no such cache) stayed at 1.88 GiB. At update 60, 2 alternated rounds, tokens/s and RSS:
+kernels for each linear's forward and both backward products. Measured on ``transformer_small``
+bf16 (Multi30k, 4096-token batches, ``train.keep_freed_memory`` on or off alike): RSS rose at each
+new batch shape, from 1.3 GiB after the first update to 2.31-2.42 GiB at update 60 and still
+rising, while fp32 (MKL, no such cache) stayed at 1.88 GiB. At update 60, 2 alternated rounds,
+tokens/s and RSS:
 
     both caches at 1024 (the libraries' default)  2,400 / 2,419 tok/s   2,374 / 2,314 MiB
     oneDNN's at 16, ideep's at 1024               2,373 / 2,333         1,841 / 1,869

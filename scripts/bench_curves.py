@@ -6,13 +6,15 @@
 Each point is one fresh ``scripts/bench_train.py`` process (Multi30k en->de, joint 8k BPE, dropout 0.3, the
 paper's Post-LN model), run one at a time: first every ``--max-tokens`` at the largest ``--threads``, then every
 other thread count at 4096 tokens; at each point fp32 and bf16 are run back to back (alternated, so the
-machine's drift touches both alike). Writes ``curves.md`` (target tokens/s, updates/s, peak RSS, bf16/fp32)
-and ``curves.png`` (tokens/s against max_tokens, one line per precision) to ``--out``.
+machine's drift touches both alike). Writes ``curves.md`` (target tokens/s, updates/s, peak RSS, bf16/fp32),
+``curves.json`` (the rows) and ``curves.png`` (tokens/s against max_tokens from 0, a series per precision
+and thread count) to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -74,17 +76,24 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot_series(rows: list[dict]) -> list[tuple[str, list[int], list[float]]]:
+    """(label, max_tokens, tokens/s) for each precision and thread count, most threads first."""
+    series = []
+    for threads in sorted({r["threads"] for r in rows}, reverse=True):
+        for precision in PRECISIONS:
+            mine = sorted((r for r in rows if r["precision"] == precision and r["threads"] == threads),
+                          key=lambda r: r["max_tokens"])
+            if mine:
+                label = f"{precision}, {threads} thread{'s' if threads > 1 else ''}"
+                series.append((label, [r["max_tokens"] for r in mine], [r["tokens_per_s"] for r in mine]))
+    return series
+
+
 def plot(rows: list[dict], model: str, out: Path) -> Path:
     from mt.eval.plots import line_plot
 
-    most = max(r["threads"] for r in rows)
-    lines = []
-    for precision in PRECISIONS:
-        mine = [r for r in rows if r["precision"] == precision and r["threads"] == most]
-        lines.append((f"{precision}, {most} threads", [r["max_tokens"] for r in mine],
-                      [r["tokens_per_s"] for r in mine]))
     return line_plot(out / "curves.png", f"{model} training throughput on this CPU (Multi30k)",
-                     "target tokens/s", lines, x_label="max_tokens (per update)")
+                     "target tokens/s", plot_series(rows), x_label="max_tokens (per update)", y_from_zero=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     md = table(rows)
     (args.out / "curves.md").write_text(md + "\n")
+    (args.out / "curves.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(f"\n{md}\n\nplot: {plot(rows, args.model, args.out)}")
 
 

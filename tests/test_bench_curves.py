@@ -33,3 +33,13 @@ def test_table_pairs_fp32_and_bf16_of_a_point(curves):
             for p, s, u, m in (("fp32", 1000.0, 0.25, 2000.0), ("bf16", 1500.0, 0.375, 1900.0))]
     md = curves.table(rows)
     assert "| 4,096 | 2 | 1,000 | 1,500 | 1.50 | 0.250 | 0.375 | 2,000 | 1,900 |" in md
+
+
+def test_plot_has_a_series_per_precision_and_thread_count(curves, tmp_path):
+    rows = [{"max_tokens": m, "threads": t, "precision": p, "tokens_per_s": float(m * t), "updates_per_s": 1.0,
+             "peak_rss_mib": 1.0} for m, t in ((2048, 2), (1024, 2), (4096, 1)) for p in ("fp32", "bf16")]
+    assert curves.plot_series(rows) == [
+        ("fp32, 2 threads", [1024, 2048], [2048.0, 4096.0]), ("bf16, 2 threads", [1024, 2048], [2048.0, 4096.0]),
+        ("fp32, 1 thread", [4096], [4096.0]), ("bf16, 1 thread", [4096], [4096.0]),
+    ]
+    assert curves.plot(rows, "transformer_small", tmp_path).stat().st_size > 0

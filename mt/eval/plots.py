@@ -65,8 +65,12 @@ def line_plot(
     lines: list[tuple[str, list[float], list[float]]],
     log_y: bool = False,
     x_label: str = "step (updates)",
+    y_from_zero: bool = False,
 ) -> Path:
-    """One PNG of labelled ``(label, xs, values)`` series (against updates unless ``x_label`` says otherwise)."""
+    """One PNG of labelled ``(label, xs, values)`` series (against updates unless ``x_label`` says otherwise).
+
+    ``y_from_zero``: the y axis starts at 0, so heights compare as ratios (throughputs).
+    """
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
     if log_y:
@@ -76,6 +80,8 @@ def line_plot(
     ax.set_title(title)
     ax.set_xlabel(x_label)
     ax.set_ylabel(ylabel)
+    if y_from_zero:
+        ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)

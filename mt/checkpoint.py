@@ -5,6 +5,10 @@ fsync'ed, then renamed over the target, so an interrupted write (a kill, a full 
 a good checkpoint. Loading uses ``torch.load(weights_only=True)``: tensors and plain Python data
 only, so a checkpoint from someone else cannot execute code. Configs are stored as plain dicts and
 tokenizers as the SentencePiece model bytes.
+
+Each checkpoint records the mt version that wrote it (``mt_version``). One from an older version
+loads (its config is upgraded to today's fields); one from a newer version is refused by name, since
+it may hold settings this version would silently misread.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 import torch
 
+from mt import __version__
 from mt.errors import UserError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)\.pt$")
@@ -36,8 +41,9 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> Path:
-    """Atomically write ``state`` to ``path`` (temp file, fsync, rename)."""
+    """Atomically write ``state`` to ``path`` (temp file, fsync, rename), stamped with this mt version."""
     path = Path(path)
+    state = {**state, "mt_version": __version__}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
@@ -90,7 +96,31 @@ def load_checkpoint(
         ) from e
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise CheckpointError(f"{path} is not an mt checkpoint (no 'model' and 'config' entries)")
+    check_version(path, state.get("mt_version"))
     return state
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"0.3.0"`` -> ``(0, 3, 0)``; a pre-release suffix is ignored (``"0.4.0rc1"`` -> ``(0, 4, 0)``)."""
+    parts = []
+    for part in version.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def check_version(path: Path, stored: Any) -> None:
+    """Refuse a checkpoint written by a newer mt than this one (no ``mt_version``: before 0.3.0, accepted)."""
+    if stored is None:
+        return
+    if not isinstance(stored, str) or not version_tuple(stored):
+        raise CheckpointError(f"{path}: unreadable mt_version {stored!r}")
+    if version_tuple(stored) > version_tuple(__version__):
+        raise CheckpointError(
+            f"{path} was written by mt {stored}, newer than this mt {__version__}: upgrade mt to read it"
+        )
 
 
 def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:

@@ -33,6 +33,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 
 
 SAME_UNIT = {"config_rules": "config"}  # the rule table is part of the config unit
+PACKAGE_ROOT = {"__version__"}  # ``from mt import __version__``: the package root, importable by every unit
 
 
 def unit_of(path: Path) -> str:
@@ -51,7 +52,7 @@ def mt_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module] + ([f"mt.{a.name}" for a in node.names] if node.module == "mt" else [])
         found |= {SAME_UNIT.get(n, n) for n in (name.split(".")[1] for name in names if name.startswith("mt."))}
-    return found
+    return found - PACKAGE_ROOT
 
 
 MODULES = sorted(p for p in MT.rglob("*.py") if p.name != "__init__.py" or p.parent != MT)

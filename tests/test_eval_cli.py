@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import mt
 from mt.checkpoint import save_checkpoint, tokenizers_state
 from mt.cli import evaluate as evaluate_cli
 from mt.cli import translate as translate_cli
@@ -74,6 +75,7 @@ def test_evaluate_writes_the_report(run: Path, monkeypatch) -> None:
     assert report["checkpoint"]["step"] == 77 and report["checkpoint"]["config"]["name"] == "tiny"
     assert report["decoding"]["strategy"] == "greedy" and report["decoding"]["max_len_b"] == 5
     assert report["speed"]["threads"] == 1 and "bleu_lowercase" in report["metrics"]
+    assert report["mt_version"] == mt.__version__
     assert (run / "rep/tiny.src.en.greedy.align-3.png").is_file()
     with pytest.raises(SystemExit):
         evaluate_cli.main(["--exp", "tiny", "--src", "src.en"])  # no --ref, no --split

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mt.cli.errors import run_command
-from mt.cli.flags import add_decode_args, add_model_args, ranged
+from mt.cli.flags import add_decode_args, add_model_args, add_version_flag, ranged
 from mt.cli.output import check_input_file, check_output_dir
 from mt.cli.translate import check_lengths, load_translator
 from mt.config import Config, to_dict
@@ -62,6 +62,7 @@ def default_name(cfg: Config, args: argparse.Namespace, strategy: str, beam: int
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mt-eval", description=__doc__.split("\n\n")[0])
+    add_version_flag(parser)
     add_model_args(parser)
     data = parser.add_argument_group("test data: --src and --ref, or --split")
     data.add_argument("--src", type=Path, help="source file, plain or .gz")

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mt.cli.flags import add_version_flag
 from mt.errors import UserError
 
 TARGETS = ("ctranslate2", "hf")
@@ -26,6 +27,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="mt-export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    add_version_flag(parser)
     parser.add_argument("--to", required=True, choices=TARGETS, help="the library to export to")
     parser.add_argument("--ckpt", required=True, type=Path, help="an mt checkpoint (best.pt, averaged.pt, ...)")
     parser.add_argument("--out", required=True, type=Path, help="the model directory to write")

@@ -59,6 +59,13 @@ def add_debug_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks of expected errors too (or MT_DEBUG=1)")
 
 
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """``--version``: print ``<prog> <mt version>`` and exit 0."""
+    from mt import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     """``--ckpt``/``--exp``, ``--device``, ``--threads``, ``--debug``."""
     parser.add_argument("--ckpt", type=Path, help="checkpoint (default: runs/<exp>/checkpoints/best.pt)")

@@ -13,7 +13,8 @@ errors, a message of several lines). So errors are handled before Hydra sees the
    Hydra's bookkeeping (``.hydra/``, the job log) is removed again, so a failed start leaves nothing.
 
 ``hydra.main`` still parses the command line, so overrides, ``--help``, ``--cfg job``, ``-m`` and
-``hydra.run.dir`` behave as in any Hydra app. ``--debug`` (or ``MT_DEBUG=1``) shows tracebacks.
+``hydra.run.dir`` behave as in any Hydra app. ``--debug`` (or ``MT_DEBUG=1``) shows tracebacks;
+``--version`` prints the program and mt's version.
 """
 
 from __future__ import annotations
@@ -132,6 +133,11 @@ def run_hydra_job(
     from hydra._internal.utils import get_args_parser
 
     argv, debug = pop_debug_flag(sys.argv[1:])
+    if "--version" in argv:  # Hydra's parser has no --version; answered before any config is composed
+        from mt import __version__
+
+        print(f"{prog} {__version__}")
+        return 0
     sys.argv[1:] = argv  # hydra.main parses sys.argv itself
     args = get_args_parser().parse_args(argv)
     new_run_dir: tuple[Path, Path] | None = None  # (run dir, the topmost directory the job creates)

@@ -12,11 +12,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     from mt.cli.errors import run_command
-    from mt.cli.flags import add_debug_flag
+    from mt.cli.flags import add_debug_flag, add_version_flag
     from mt.errors import UserError
 
     parser = argparse.ArgumentParser(prog="mt-plots", description="Redraw a run's learning curves (PNG).")
     parser.add_argument("run_dir", type=Path, help="a run directory holding metrics.jsonl")
+    add_version_flag(parser)
     add_debug_flag(parser)
     args = parser.parse_args(argv)
 

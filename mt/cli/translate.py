@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from mt.cli.errors import run_command
-from mt.cli.flags import add_decode_args, add_model_args, decode_config
+from mt.cli.flags import add_decode_args, add_model_args, add_version_flag, decode_config
 from mt.cli.output import atomic_output, check_input_file, check_output_file
 from mt.errors import UserError
 
@@ -144,6 +144,7 @@ def translate(args: argparse.Namespace) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mt-translate", description=__doc__.split("\n\n")[0])
+    add_version_flag(parser)
     add_model_args(parser)
     parser.add_argument("--input", type=Path, help="input file, plain or .gz (default: stdin)")
     parser.add_argument("--output", type=Path, help="output file (default: stdout)")

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from mt import __version__
 from mt.config import DecodeConfig
 from mt.data.tokenizer import BOS_ID, EOS_ID
 from mt.decode import Translation, Translator
@@ -141,6 +142,7 @@ def evaluate(
     report = {
         "name": name,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "mt_version": __version__,
         "checkpoint": checkpoint,
         "data": {**(data or {}), "sentences": len(sources)},
         "decoding": decode_settings(translator.cfg),
@@ -199,7 +201,7 @@ def _md_escape(text: str) -> str:
 
 def render_markdown(report: dict[str, Any]) -> str:
     """The report as Markdown: metrics table, settings, speed, examples, alignment images."""
-    out = [f"# Evaluation: {report['name']}", "", f"Created {report['created']}.", ""]
+    out = [f"# Evaluation: {report['name']}", "", f"Created {report['created']} by mt {report['mt_version']}.", ""]
     ckpt = report.get("checkpoint") or {}
     out += [f"- checkpoint: `{ckpt.get('path')}` (step {ckpt.get('step')})", f"- data: {report['data']}", ""]
     out += ["## Scores", "", "| metric | score | signature |", "| --- | ---: | --- |"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from mt import __version__
 from mt import checkpoint as ckpt
 from mt.config import Config
 from mt.data import TokenizedSplit, prepare_data
@@ -55,7 +56,8 @@ def finish_run(
             summary.test, summary.samples = score_on_test(
                 summary.best_checkpoint, splits.get("test"), device, samples=cfg.train.samples
             )
-        (summary.run_dir / "test_results.json").write_text(json.dumps(summary.test, indent=2) + "\n")
+        results = {**summary.test, "mt_version": __version__}
+        (summary.run_dir / "test_results.json").write_text(json.dumps(results, indent=2) + "\n")
         append_test_row(summary.run_dir, state.step, summary.test)
     summary.plots = draw_plots(summary.run_dir)
     print_summary(summary, state, ckpt_dir, cfg)

@@ -1,4 +1,4 @@
-"""Training throughput of a model config on Multi30k en->de (the issue's fixed setting).
+"""Training throughput of a model config on Multi30k en->de (a fixed benchmark setting).
 
     python scripts/bench_train.py [--data-dir ../shared/data/multi30k] [--model transformer_small]
                                   [--updates 20] [--repeats 3] [--warmup 5] [--threads 2]

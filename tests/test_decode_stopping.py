@@ -18,7 +18,7 @@ from mt.data.tokenizer import EOS_ID, UNK_ID
 from mt.decode import beam_search, greedy_search, sample
 from mt.decode.stopping import Finished
 
-# The case from the issue: P(a) = .9; P(EOS|a) = .40, P(b|a) = .38; P(EOS|a b) = .99. Under GNMT 0.6
+# The scripted case: P(a) = .9; P(EOS|a) = .40, P(b|a) = .38; P(EOS|a b) = .99. Under GNMT 0.6
 # "a b" scores (log .9 + log .38 + log .99) / lp(3) = -0.911 and "a" (log .9 + log .40) / lp(2) = -0.931.
 PENALISED: Table = {
     (): {A: 0.9, B: 0.06, EOS_ID: 0.04},

@@ -75,6 +75,8 @@ class DataConfig:
     # filtering (training split only)
     max_len: int = 256
     max_len_ratio: float = 3.0
+    # subword regularisation (training batches only): BPE-dropout probability, 0 = off
+    subword_sampling: float = 0.0
     # batching
     max_tokens: int = 4096
     pad_to_multiple: int = 8

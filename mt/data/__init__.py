@@ -8,6 +8,7 @@ from mt.data.formats import check_line_counts
 from mt.data.lines import count_lines, read_lines, read_stream
 from mt.data.sources import SPLITS, open_split
 from mt.data.split import TokenizedSplit
+from mt.data.subword_sampling import SubwordSampling, subword_sampling
 from mt.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -25,6 +26,7 @@ __all__ = [
     "SPLITS",
     "UNK_ID",
     "Batch",
+    "SubwordSampling",
     "DataError",
     "PreparedData",
     "TokenBatchSampler",
@@ -40,6 +42,7 @@ __all__ = [
     "prepare_data",
     "read_lines",
     "read_stream",
+    "subword_sampling",
     "train_tokenizer",
     "write_demo_corpus",
 ]

@@ -228,18 +228,26 @@ class Batch:
 
 
 def collate(split: TokenizedSplit, indices: Sequence[int], pad_to_multiple: int = 8) -> Batch:
-    """Pad examples ``indices`` of ``split`` into a ``Batch``: ``src = ids + [EOS]``,
-    ``tgt_in = [BOS] + ids``, ``tgt_out = ids + [EOS]``, PAD elsewhere; S, T padded to ``pad_to_multiple``."""
+    """Pad examples ``indices`` of ``split`` (their binarized, deterministic ids) into a ``Batch``."""
+    rows = list(indices)
+    return pad_pairs([split.src_array(i) for i in rows], [split.tgt_array(i) for i in rows], rows, pad_to_multiple)
+
+
+def pad_pairs(
+    src_rows: Sequence[np.ndarray], tgt_rows: Sequence[np.ndarray], indices: Sequence[int], pad_to_multiple: int = 8
+) -> Batch:
+    """Pad piece-id rows into a ``Batch``: ``src = ids + [EOS]``, ``tgt_in = [BOS] + ids``, ``tgt_out = ids + [EOS]``,
+    PAD elsewhere; S, T padded to ``pad_to_multiple``; ``indices`` are the rows' example indices (``Batch.ids``)."""
     if len(indices) == 0:
         raise DataError("cannot collate an empty batch")
     idx = torch.as_tensor(list(indices), dtype=torch.long)  # (B,)
-    src_lens, tgt_lens = split.src_lens[idx] + 1, split.tgt_lens[idx] + 1  # (B,) with EOS / BOS
+    src_lens = torch.as_tensor([len(s) + 1 for s in src_rows], dtype=torch.long)  # (B,) with EOS
+    tgt_lens = torch.as_tensor([len(t) + 1 for t in tgt_rows], dtype=torch.long)  # (B,) with BOS
     S, T = round_up(int(src_lens.max()), pad_to_multiple), round_up(int(tgt_lens.max()), pad_to_multiple)
     src = np.full((len(idx), S), PAD_ID, dtype=np.int64)  # (B, S)
     tgt_in = np.full((len(idx), T), PAD_ID, dtype=np.int64)  # (B, T)
     tgt_out = np.full((len(idx), T), PAD_ID, dtype=np.int64)  # (B, T)
-    for row, i in enumerate(idx.tolist()):
-        s, t = split.src_array(i), split.tgt_array(i)
+    for row, (s, t) in enumerate(zip(src_rows, tgt_rows, strict=True)):
         src[row, : len(s)], src[row, len(s)] = s, EOS_ID
         tgt_in[row, 0], tgt_in[row, 1 : len(t) + 1] = BOS_ID, t
         tgt_out[row, : len(t)], tgt_out[row, len(t)] = t, EOS_ID

@@ -37,6 +37,10 @@ class TextColumn(Sequence[str]):
             raise IndexError(i)
         return self._column[i].as_py()
 
+    def take(self, indices: Sequence[int]) -> list[str]:
+        """The strings of rows ``indices``, in that order (one Arrow gather, not one lookup per row)."""
+        return self._column.take(pa.array(indices, type=pa.int64())).to_pylist()
+
 
 class RaggedIds:
     """An Arrow ``list<int32>`` column as per-chunk zero-copy views: row ``i``'s ids without copying the column."""
@@ -72,8 +76,8 @@ class TokenizedSplit:
         self._tgt = RaggedIds(table.column("tgt_ids"))
         self.src_lens = torch.from_numpy(self._src.lens)  # (N,) pieces, no EOS
         self.tgt_lens = torch.from_numpy(self._tgt.lens)  # (N,) pieces, no BOS/EOS
-        self.src_text: Sequence[str] = TextColumn(table.column("src"))
-        self.tgt_text: Sequence[str] = TextColumn(table.column("tgt"))
+        self.src_text = TextColumn(table.column("src"))
+        self.tgt_text = TextColumn(table.column("tgt"))
 
     def __len__(self) -> int:
         return len(self.src_lens)

@@ -21,6 +21,7 @@ from mt.data.errors import DataError
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))  # skipped by decode (UNK decodes to " ⁇ ")
 BYTE_FALLBACK_MIN_VOCAB = 1024  # byte pieces take at most a quarter of the vocabulary
+SPM_RANDOM_SEED = 2**32 - 1  # SentencePiece's "seed from the clock": sample_batch seeds are below it
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -70,6 +71,14 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str], num_threads: int = 1) -> list[list[int]]:
         """Piece ids of many texts (SentencePiece's C++ loop, ``num_threads`` threads)."""
         return self._sp.encode(list(texts), num_threads=num_threads)
+
+    def sample_batch(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
+        """BPE-dropout piece ids of ``texts`` (each merge skipped with probability ``alpha``; Provilkov et al.
+        2020), reproducible: SentencePiece's generator is reseeded with ``seed`` and one thread encodes in order."""
+        if not 0 <= seed < SPM_RANDOM_SEED:
+            raise ValueError(f"seed must be in [0, {SPM_RANDOM_SEED}), got {seed}")
+        spm.set_random_generator_seed(seed)
+        return self._sp.encode(list(texts), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``; PAD/BOS/EOS and ids past ``vocab_size`` (embedding padding) are skipped."""

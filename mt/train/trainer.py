@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mt.config import Config
+from mt.data import subword_sampling
 from mt.train.checkpointing import Checkpointer, record_validation
 from mt.train.metrics_log import MetricsLog
 from mt.train.setup import build_components, seed_ranks, step_context
@@ -47,11 +48,7 @@ class Trainer:
         tc = self.cfg.train
         show = (tc.progress if progress is None else progress) and self.dist.is_main
         self.clock = Clock(self.state.train_seconds)
-        loop = UpdateLoop(
-            self.step_ctx, self.parts.data.splits["train"], self.parts.sampler, self.state, self.cfg,
-            metrics=self.metrics, clock=self.clock, last_checkpoint=self.checkpoints.last_path,
-        )
-        reason = loop.run(validate_and_save=self.validate_and_save, save=self.save, progress=show)
+        reason = self.update_loop().run(validate_and_save=self.validate_and_save, save=self.save, progress=show)
         if reason.startswith("signal"):
             path = self.save()
             if self.dist.is_main:
@@ -64,6 +61,14 @@ class Trainer:
             self.validate_and_save()  # the final weights are validated and saved; a run always ends with a best.pt
         self.metrics.close()
         return reason
+
+    def update_loop(self) -> UpdateLoop:
+        """The loop over the training split from the current state (its batches subword-sampled when asked)."""
+        return UpdateLoop(
+            self.step_ctx, self.parts.data.splits["train"], self.parts.sampler, self.state, self.cfg,
+            metrics=self.metrics, clock=self.clock, last_checkpoint=self.checkpoints.last_path,
+            sampling=subword_sampling(self.cfg.data, self.parts.tokenizers, self.cfg.model.max_positions),
+        )
 
     def save(self, is_best: bool = False) -> Path | None:
         """Checkpoint the current state (every rank calls; rank 0 writes)."""

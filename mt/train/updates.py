@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mt.config import Config
-from mt.data import TokenBatchSampler, TokenizedSplit, collate
+from mt.data import Batch, SubwordSampling, TokenBatchSampler, TokenizedSplit, collate
 from mt.train.distributed import all_reduce_sum
 from mt.train.metrics_log import MetricsLog, MetricWindow
 from mt.train.optim import set_lr
@@ -46,9 +46,10 @@ class UpdateLoop:
 
     def __init__(
         self, ctx: StepContext, split: TokenizedSplit, sampler: TokenBatchSampler, state: TrainState, cfg: Config,
-        *, metrics: MetricsLog, clock: Clock, last_checkpoint: Path,
+        *, metrics: MetricsLog, clock: Clock, last_checkpoint: Path, sampling: SubwordSampling | None = None,
     ) -> None:
         self.ctx, self.split, self.sampler, self.state, self.cfg = ctx, split, sampler, state, cfg
+        self.sampling = sampling  # subword regularisation of the training batches (None = binarized ids)
         self.metrics, self.clock, self.last_checkpoint = metrics, clock, last_checkpoint
         self.window = MetricWindow()
         self.compile_pending = cfg.train.compile  # the first update compiles; its time is logged once
@@ -106,7 +107,7 @@ class UpdateLoop:
     def one_update(self, group: list[list[int]], bar: Progress) -> bool:
         """Run one update; False when it was skipped (non-finite or out of memory)."""
         cfg, state = self.cfg, self.state
-        micro = [collate(self.split, idx, cfg.data.pad_to_multiple).to(self.ctx.device) for idx in group]
+        micro = [batch.to(self.ctx.device) for batch in self.collate_update(group)]
         lr = learning_rate(state.step + 1, cfg.optim, cfg.model.d_model)
         set_lr(self.ctx.optimizer, lr)
         t0 = time.monotonic()
@@ -126,6 +127,16 @@ class UpdateLoop:
         if state.step % cfg.train.log_every == 0:
             self.metrics.log("train", state.step, lr=lr, epoch=state.epoch, **self.window.flush())
         return True
+
+    def collate_update(self, group: list[list[int]]) -> list[Batch]:
+        """The update's micro-batches; with subword sampling, batch ``j`` of the epoch (this rank's) is
+        re-segmented under ``(train.seed, epoch, j, rank)``, so a resumed run samples what this one would."""
+        pad = self.cfg.data.pad_to_multiple
+        if self.sampling is None:
+            return [collate(self.split, idx, pad) for idx in group]
+        seed, epoch, first, rank = self.cfg.train.seed, self.state.epoch, self.state.batch_in_epoch, self.ctx.dist.rank
+        keys = [(seed, epoch, first + j, rank) for j in range(len(group))]
+        return [self.sampling.collate(self.split, idx, key, pad) for idx, key in zip(group, keys, strict=True)]
 
     def record_skip(self, result: StepResult) -> None:
         """Count a skipped update; abort after ``max_nonfinite_in_a_row`` non-finite ones in a row."""

@@ -1,5 +1,6 @@
 """Subword regularisation: BPE-dropout of training batches only, reproducible, outside the data cache."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -8,7 +9,7 @@ import torch
 from helpers import tiny_config
 
 from mt.config import ConfigError
-from mt.data import SubwordSampling, collate, prepare_data, subword_sampling
+from mt.data import SubwordSampling, TokenBatchSampler, collate, prepare_data, subword_sampling
 from mt.data.binarize import open_splits, plan_cache
 from mt.data.subword_sampling import sampling_seeds
 from mt.train.trainer import Trainer
@@ -28,6 +29,11 @@ def first_batch(data):
     train = data.splits["train"]
     rows = np.argsort(-train.tgt_lens.numpy(), kind="stable")[:32].tolist()
     return train, rows
+
+
+def unbounded(sampling):
+    """``sampling`` with a token budget no batch reaches: one ``Batch`` per call, rows in the given order."""
+    return dataclasses.replace(sampling, max_tokens=10**9)
 
 
 def rows_of(tensor, mask):
@@ -51,7 +57,7 @@ def test_sampled_batches_differ_from_the_binarized_ids_but_decode_to_the_same_te
     sampling = subword_sampling(cfg.data, data.tokenizers, cfg.model.max_positions)
     assert sampling is not None and sampling.alpha == 0.3 and sampling.max_pieces == cfg.data.max_len
     train, rows = first_batch(data)
-    sampled, plain = sampling.collate(train, rows, (1, 0, 0, 0)), collate(train, rows)
+    [sampled], plain = unbounded(sampling).collate(train, rows, (1, 0, 0, 0)), collate(train, rows)
     tok = data.tokenizers
     src, src_plain = rows_of(sampled.src, sampled.src_pad_mask), rows_of(plain.src, plain.src_pad_mask)
     tgt, tgt_plain = rows_of(sampled.tgt_out, sampled.tgt_pad_mask), rows_of(plain.tgt_out, plain.tgt_pad_mask)
@@ -68,14 +74,33 @@ def test_sampled_batches_differ_from_the_binarized_ids_but_decode_to_the_same_te
 
 def test_the_same_key_gives_the_same_batch_whatever_was_sampled_in_between(demo):
     cfg, data = demo
-    sampling = SubwordSampling(data.tokenizers, 0.3, cfg.data.max_len)
+    sampling = SubwordSampling(data.tokenizers, 0.3, cfg.data.max_len, max_tokens=10**9)
     train, rows = first_batch(data)
-    first = sampling.collate(train, rows, (1, 2, 3, 0))
-    other = sampling.collate(train, rows, (1, 2, 4, 0))  # the next batch index
-    again = sampling.collate(train, rows, (1, 2, 3, 0))
+    [first] = sampling.collate(train, rows, (1, 2, 3, 0))
+    [other] = sampling.collate(train, rows, (1, 2, 4, 0))  # the next batch index
+    [again] = sampling.collate(train, rows, (1, 2, 3, 0))
     assert torch.equal(first.src, again.src) and torch.equal(first.tgt_out, again.tgt_out)
     assert not (torch.equal(first.src, other.src) and torch.equal(first.tgt_out, other.tgt_out))
     assert len({*sampling_seeds((1, 2, 3, 0)), *sampling_seeds((1, 2, 4, 0)), *sampling_seeds((1, 2, 3, 1))}) == 6
+
+
+def test_a_sampled_batch_over_max_tokens_is_split_into_micro_batches_that_fit(demo):
+    cfg, data = demo
+    train = data.splits["train"]
+    sampling = subword_sampling(cfg.data, data.tokenizers, cfg.model.max_positions)
+    sampler = TokenBatchSampler(train.src_lens, train.tgt_lens, cfg.data.max_tokens, seed=1)
+    split_any = False
+    for j, rows in enumerate(sampler.batches(0)[:10]):
+        parts = sampling.collate(train, rows, (1, 0, j, 0))
+        [whole] = unbounded(sampling).collate(train, rows, (1, 0, j, 0))
+        split_any |= len(parts) > 1
+        assert all(len(b) * max(b.src.size(1), b.tgt_in.size(1)) <= cfg.data.max_tokens for b in parts)
+        ids = torch.cat([b.ids for b in parts])
+        assert sorted(ids.tolist()) == sorted(rows) and sum(b.ntokens for b in parts) == whole.ntokens
+        # the same segmentation, however the rows were split
+        by_id = {int(i): r for b in parts for i, r in zip(b.ids, rows_of(b.tgt_out, b.tgt_pad_mask), strict=True)}
+        assert [by_id[i] for i in rows] == rows_of(whole.tgt_out, whole.tgt_pad_mask)
+    assert split_any  # p=0.3 lengthens the pieces past the budget the sampler packed by
 
 
 def test_a_sampled_side_longer_than_max_pieces_falls_back_to_its_binarized_ids(demo):
@@ -83,7 +108,7 @@ def test_a_sampled_side_longer_than_max_pieces_falls_back_to_its_binarized_ids(d
     train, rows = first_batch(data)
     unbounded = data.tokenizers.src.sample_batch(train.src_text.take(rows), 0.5, seed=7)
     limit = int(np.median([len(ids) for ids in unbounded]))
-    src = SubwordSampling(data.tokenizers, 0.5, max_pieces=limit).resegment(
+    src = SubwordSampling(data.tokenizers, 0.5, max_pieces=limit, max_tokens=10**9).resegment(
         data.tokenizers.src, train.src_text, train.src_array, rows, seed=7
     )
     over = [j for j, ids in enumerate(unbounded) if len(ids) > limit]
@@ -91,8 +116,9 @@ def test_a_sampled_side_longer_than_max_pieces_falls_back_to_its_binarized_ids(d
     for j, i in enumerate(rows):
         assert src[j].tolist() == (train.src_ids(i) if j in over else unbounded[j])
     # the bound also keeps [BOS] + pieces inside the model's positions
-    small = subword_sampling(cfg.data, data.tokenizers, max_positions=10)
-    assert small.max_pieces == 9
+    assert subword_sampling(cfg.data, data.tokenizers, max_positions=10).max_pieces == 9
+    tight = dataclasses.replace(cfg.data, max_tokens=44)  # 44 // 8 * 8: a side of 39 pieces + EOS fits alone
+    assert subword_sampling(tight, data.tokenizers, max_positions=1024).max_pieces == 39
     with pytest.raises(ValueError, match="seed must be in"):
         data.tokenizers.src.sample_batch(["one"], 0.1, seed=2**32 - 1)
 
@@ -166,6 +192,7 @@ def test_the_loop_samples_each_batch_under_seed_epoch_batch_index_and_rank(demo,
     loop = trainer.update_loop()
     group = loop.micro_batch_groups()[0]
     got = loop.collate_update(group)
-    for j, batch in enumerate(got):
-        want = loop.sampling.collate(loop.split, group[j], (5, 2, 4 + j, 0), cfg.data.pad_to_multiple)
-        assert torch.equal(batch.src, want.src) and torch.equal(batch.tgt_out, want.tgt_out)
+    want = [b for j, idx in enumerate(group) for b in loop.sampling.collate(loop.split, idx, (5, 2, 4 + j, 0))]
+    assert len(got) == len(want) >= 2
+    for batch, expected in zip(got, want, strict=True):
+        assert torch.equal(batch.src, expected.src) and torch.equal(batch.tgt_out, expected.tgt_out)

@@ -129,14 +129,14 @@ class UpdateLoop:
         return True
 
     def collate_update(self, group: list[list[int]]) -> list[Batch]:
-        """The update's micro-batches; with subword sampling, batch ``j`` of the epoch (this rank's) is
-        re-segmented under ``(train.seed, epoch, j, rank)``, so a resumed run samples what this one would."""
-        pad = self.cfg.data.pad_to_multiple
+        """The update's micro-batches. With subword sampling, batch ``j`` of the epoch (this rank's) is
+        re-segmented under ``(train.seed, epoch, j, rank)``, so a resumed run samples what this one would,
+        and may come back as several micro-batches (its sampled pieces outgrew ``data.max_tokens``)."""
         if self.sampling is None:
-            return [collate(self.split, idx, pad) for idx in group]
+            return [collate(self.split, idx, self.cfg.data.pad_to_multiple) for idx in group]
         seed, epoch, first, rank = self.cfg.train.seed, self.state.epoch, self.state.batch_in_epoch, self.ctx.dist.rank
         keys = [(seed, epoch, first + j, rank) for j in range(len(group))]
-        return [self.sampling.collate(self.split, idx, key, pad) for idx, key in zip(group, keys, strict=True)]
+        return [b for idx, key in zip(group, keys, strict=True) for b in self.sampling.collate(self.split, idx, key)]
 
     def record_skip(self, result: StepResult) -> None:
         """Count a skipped update; abort after ``max_nonfinite_in_a_row`` non-finite ones in a row."""

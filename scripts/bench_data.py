@@ -1,8 +1,10 @@
 """Benchmark the data pipeline on Multi30k train: tokenizer training, binarization, loader throughput.
 
 Usage (from the repo root, with ``mt`` installed by ``make install``):
-``python scripts/bench_data.py [--data-dir ../shared/data/multi30k] [--vocab-size 8000] [--max-tokens 4096]``.
-Every stage runs from scratch in a fresh temporary cache directory.
+``python scripts/bench_data.py [--data-dir ../shared/data/multi30k] [--vocab-size 8000] [--max-tokens 4096]
+[--pad-to-multiple 8] [--subword-sampling 0.1]``. Every stage runs from scratch in a fresh temporary cache
+directory. The sampled loader pass (``data.subword_sampling``, 0 = skipped) reports the pieces' growth and
+how many micro-batches a sampled batch becomes under the same ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from pathlib import Path
 
 import datasets
 
-from mt.config import DataConfig
-from mt.data import TokenBatchSampler, TokenizedSplit, collate, open_split, prepare_data
+from mt.config import DataConfig, ModelConfig
+from mt.data import TokenBatchSampler, TokenizedSplit, collate, open_split, prepare_data, subword_sampling
 from mt.data.binarize import binarize_split, train_tokenizers
 
 
@@ -25,13 +27,15 @@ def main() -> None:
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--pad-to-multiple", type=int, default=8)
+    parser.add_argument("--subword-sampling", type=float, default=0.1, help="BPE-dropout p; 0 = no sampled pass")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench_data_") as cache:
         cfg = DataConfig(
             source="files", dir=args.data_dir, vocab_size=args.vocab_size, joint_vocab=True, max_len=128,
             max_tokens=args.max_tokens, valid_prefix="val", test_prefix="test_2016_flickr", cache_dir=cache,
-            num_workers=args.num_workers,
+            num_workers=args.num_workers, pad_to_multiple=args.pad_to_multiple, subword_sampling=args.subword_sampling,
         )  # fmt: skip
         t0 = time.perf_counter()
         raw = open_split(cfg, "train", Path(cache)).load()  # read, validate, write Arrow
@@ -60,6 +64,20 @@ def main() -> None:
         print(f"loader, 1 epoch:      {dt:7.2f} s, {n_batches} batches, {n_batches / dt:,.0f} batches/s, "
               f"{n_tok / dt:,.0f} target tokens/s (max_tokens={args.max_tokens}, "
               f"target padding {1 - n_tok / n_slots:.1%})")  # fmt: skip
+        sampling = subword_sampling(cfg, tokenizers, ModelConfig().max_positions)
+        if sampling is not None:
+            t8 = time.perf_counter()
+            n_parts = s_tok = s_slots = 0
+            for j, indices in enumerate(sampler.iter_from(epoch=0)):
+                parts = sampling.collate(split, indices, (1, 0, j, 0))
+                n_parts += len(parts)
+                s_tok += sum(b.ntokens for b in parts)
+                s_slots += sum(b.tgt_out.numel() for b in parts)
+            ds = time.perf_counter() - t8
+            print(f"sampled loader (p={cfg.subword_sampling}): {ds:6.2f} s, {ds / n_batches * 1e3:.1f} ms per batch "
+                  f"(binarized {dt / n_batches * 1e3:.1f}), {n_parts / n_batches:.2f} micro-batches per batch, "
+                  f"target tokens x{s_tok / n_tok:.2f}, padded target x{s_slots / n_slots:.2f} "
+                  f"(target padding {1 - s_tok / s_slots:.1%})")  # fmt: skip
 
         t5 = time.perf_counter()
         prepare_data(cfg)  # all splits, from the cached Arrow text

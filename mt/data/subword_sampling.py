@@ -54,9 +54,10 @@ class SubwordSampling:
             for part in parts_that_fit(cost, self.max_tokens)
         ]
 
-    def resegment(self, tokenizer: Tokenizer, texts: TextColumn,
-                  binarized: Callable[[int], np.ndarray], rows: list[int],
-                  seed: int) -> list[np.ndarray]:
+    def resegment(
+        self, tokenizer: Tokenizer, texts: TextColumn, binarized: Callable[[int], np.ndarray], rows: list[int],
+        seed: int,
+    ) -> list[np.ndarray]:
         """One side's sampled ids of ``rows``; a sampled row over ``max_pieces`` is replaced by ``binarized(i)``."""
         sampled = tokenizer.sample_batch(texts.take(rows), self.alpha, seed)
         return [

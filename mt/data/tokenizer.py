@@ -21,7 +21,7 @@ from mt.data.errors import DataError
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))  # skipped by decode (UNK decodes to " ⁇ ")
 BYTE_FALLBACK_MIN_VOCAB = 1024  # byte pieces take at most a quarter of the vocabulary
-SPM_RANDOM_SEED = 2**32 - 1  # SentencePiece's "seed from the clock": sample_batch seeds are below it
+SPM_RANDOM_SEED = 2**32 - 1  # SentencePiece's "seed from std::random_device": sample_batch seeds are below it
 
 
 def round_up(n: int, multiple: int) -> int:

@@ -77,6 +77,7 @@ class GatedEngine:
         self.busy = threading.Event()  # set while a batch waits at the gate
         self.fail_on = fail_on
         self.warmed = False
+        self.batches: list[int] = []  # lines per translate call after the warm-up
         self.source_lang, self.target_lang, self.description = inner.source_lang, inner.target_lang, "gated"
 
     @property
@@ -95,6 +96,7 @@ class GatedEngine:
 
     def translate(self, lines: Sequence[str], options: Options) -> list[Output]:
         if self.warmed:
+            self.batches.append(len(lines))
             self.busy.set()
             self.gate.wait(timeout=START_TIMEOUT_S)
             self.busy.clear()

@@ -27,6 +27,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -96,14 +97,15 @@ class Server:
         command = [sys.executable, "-m", "mt.cli.serve", "--ckpt", str(ckpt), "--port", str(self.port),
                    "--threads", str(threads), "--log-level", "warning", "--max-queue", "1024", *extra]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.process = subprocess.Popen(command, env=env, cwd=REPO)
+        self.log = tempfile.TemporaryFile(mode="w+")  # shown only if the server fails
+        self.process = subprocess.Popen(command, env=env, cwd=REPO, stderr=self.log)
         self.url = f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> Server:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"mt-serve exited with {self.process.returncode}")
+                raise RuntimeError(f"mt-serve exited with {self.process.returncode}: {self.output()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
                     return self
@@ -111,6 +113,10 @@ class Server:
                 pass
             time.sleep(0.2)
         raise TimeoutError("mt-serve did not become healthy")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -122,7 +128,8 @@ class Server:
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout=START_TIMEOUT_S)
         if code != 0:
-            raise RuntimeError(f"mt-serve exited with {code} after SIGTERM")
+            raise RuntimeError(f"mt-serve exited with {code} after SIGTERM: {self.output()}")
+        self.log.close()
 
 
 async def load(url: str, requests: list[list[str]], clients: int, time_limit: float, expected: dict[str, str],
@@ -211,10 +218,13 @@ def soak(args, ckpt: Path, requests, expected) -> dict:
     return {"rss_start_mib": start_rss, "rss_end_mib": end_rss, **asdict(result)}
 
 
-def compare(args, ckpt: Path, requests, lines) -> dict:
-    """Alternated rounds: dynamic batching at every client count, one request per batch, offline."""
+def compare(args, ckpt: Path, requests, lines) -> tuple[dict, dict[str, str]]:
+    """Alternated rounds: dynamic batching at every client count, one request per batch, offline.
+
+    Returns the figures and the offline translations."""
     rows: list[RunResult] = []
     offline_rates = []
+    expected: dict[str, str] = {}
     for round_ in range(1, args.rounds + 1):
         print(f"round {round_}/{args.rounds}", flush=True)
         expected, rate = offline(ckpt, lines, args.threads)
@@ -237,7 +247,7 @@ def compare(args, ckpt: Path, requests, lines) -> dict:
     return {"runs": [asdict(r) | {"sentences_per_s": r.sentences_per_s, "requests_per_s": r.requests_per_s}
                      for r in rows],
             "offline_sentences_per_s": offline_rates, "speedup_vs_one_at_a_time": dynamic / single,
-            "fraction_of_offline": dynamic / off, "errors": errors, "exact": exact}
+            "fraction_of_offline": dynamic / off, "errors": errors, "exact": exact}, expected
 
 
 def main() -> None:
@@ -260,9 +270,8 @@ def main() -> None:
     ckpt = args.ckpt if args.ckpt is not None else default_checkpoint()
     requests = make_requests(read_lines(args.source_file), args.requests, seed=0)
     lines = sorted({line for r in requests for line in r})
-    report = compare(args, ckpt, requests, lines)
+    report, expected = compare(args, ckpt, requests, lines)
     if args.soak_minutes > 0:
-        expected, _ = offline(ckpt, lines, args.threads)
         report["soak"] = soak(args, ckpt, requests, expected)
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(report, indent=2))

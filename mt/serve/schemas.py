@@ -6,6 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# the largest length-penalty exponent a request may ask for: usual values are 0.6-2, and a large one
+# overflows the penalty's float ((5 + |Y|) / 6) ** alpha (1024 does for a 6-piece hypothesis)
+MAX_ALPHA = 10.0
+
 
 class LibreTranslateRequest(BaseModel):
     """POST /translate, LibreTranslate's parameters (also accepted as form fields or query parameters)."""
@@ -56,7 +60,7 @@ class TranslateV1Request(BaseModel):
     strategy: Literal["beam", "greedy", "sample"] | None = None
     beam: int | None = Field(None, ge=1)
     nbest: int | None = Field(None, ge=1)
-    alpha: float | None = Field(None, ge=0)
+    alpha: float | None = Field(None, ge=0, le=MAX_ALPHA)
     scores: bool = Field(False, description="add each hypothesis' length-penalised log-probability")
     api_key: str | None = None
 

@@ -75,7 +75,7 @@ def test_inference_entry_points_load_no_training_code():
         "import sys\n"
         "import mt.decode, mt.eval, mt.eval.report, mt.eval.scoring, mt.checkpoint, mt.export\n"
         "import mt.cli.translate, mt.cli.evaluate, mt.cli.export, mt.cli.plots, mt.cli.serve, mt.serve\n"
-        "import mt.serve.app\n"
+        "import mt.serve.app, mt.serve.ct2_engine\n"
         "from mt.cli.translate import load_translator\n"
         "print(sorted(m for m in sys.modules if m == 'mt.train' or m.startswith('mt.train.')))\n"
     )

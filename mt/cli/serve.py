@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mt.cli.errors import UsageError, run_command
-from mt.cli.flags import add_decode_args, add_model_args, ranged
+from mt.cli.flags import DECODE_FLAGS, add_decode_args, add_model_args, ranged
 from mt.errors import UserError
 
 
@@ -65,9 +65,14 @@ def load_engine(args: argparse.Namespace):
     if args.ct2 is not None:
         if args.ckpt is not None:
             raise UsageError("give --ckpt or --ct2, not both")
+        from mt.serve.app import usable_cores
         from mt.serve.ct2_engine import Ct2Engine
 
-        return Ct2Engine.load(args.ct2, args, args.source_lang or "en", args.target_lang or "de")
+        given = {field: getattr(args, flag) for flag, field in DECODE_FLAGS.items() if getattr(args, flag) is not None}
+        engine = Ct2Engine.load(args.ct2, given, args.threads or usable_cores(), args.source_lang or "en",
+                                args.target_lang or "de")
+        print(f"mt-serve: decoding defaults {engine.defaults}", file=sys.stderr)
+        return engine
     from mt.cli.translate import load_translator
     from mt.serve import TorchEngine
 

@@ -41,15 +41,40 @@ def reference(engine: TorchEngine, lines: Sequence[str], options: Options | None
 def serving(engine, settings: ServeSettings | None = None) -> Iterator[tuple[str, object]]:
     """(base URL, app) of a server on 127.0.0.1 with a port the OS picked, ready (/health 200), stopped at exit."""
     app = create_app(engine, settings or ServeSettings(threads=1))
+    with running(app) as url:
+        wait_healthy(url)
+        yield url, app
+
+
+@contextmanager
+def serving_unready(engine) -> Iterator[str]:
+    """The base URL of a server whose warm-up may not have run yet (it answers /health)."""
+    with running(create_app(engine, ServeSettings(threads=1))) as url:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not server_answers(url):
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        yield url
+
+
+def server_answers(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/health", timeout=5)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+@contextmanager
+def running(app) -> Iterator[str]:
+    """uvicorn serving ``app`` in a thread on a loopback socket the OS picked; stopped (gracefully) at exit."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        wait_healthy(url)
-        yield url, app
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
         thread.join(timeout=START_TIMEOUT_S)

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 from export_helpers import untrained_checkpoint
-from serve_helpers import GatedEngine, reference, serving, torch_engine
+from serve_helpers import GatedEngine, reference, serving, serving_unready, torch_engine
 
 from mt.serve import ServeSettings
 
@@ -106,3 +106,38 @@ def test_a_failing_batch_fails_its_requests_with_500_and_the_server_goes_on(inne
         after = httpx.post(f"{url}/translate", json=body("one"), timeout=WAIT_S)
         assert after.json()["translatedText"] == reference(inner, ["one"])[0]
         assert "mt_failed_batches_total 1.0" in httpx.get(f"{url}/metrics").text
+
+
+class SlowWarmUp(GatedEngine):
+    """The warm-up itself waits for the gate (or fails with ``fail``)."""
+
+    def __init__(self, inner, fail: bool = False) -> None:
+        super().__init__(inner)
+        self.fail = fail
+        self.warmed = True  # every call, the warm-up included, waits at the gate
+
+    def translate(self, lines, options):
+        if self.fail:
+            raise RuntimeError("no memory for the model")
+        return super().translate(lines, options)
+
+
+def test_health_is_503_until_the_warm_up_ran(inner):
+    engine = SlowWarmUp(inner)
+    with serving_unready(engine) as url:
+        wait_until(engine.busy.is_set, "the warm-up")
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and health.json() == {"status": "warming up"}
+        early = httpx.post(f"{url}/translate", json=body("one"), timeout=WAIT_S)
+        assert early.status_code == 503 and early.headers["Retry-After"] == "1"
+        engine.gate.set()
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, "health 200")
+        assert httpx.post(f"{url}/translate", json=body("one"), timeout=WAIT_S).status_code == 200
+
+
+def test_a_failed_warm_up_is_reported_by_health(inner):
+    with serving_unready(SlowWarmUp(inner, fail=True)) as url:
+        wait_until(lambda: httpx.get(f"{url}/health").status_code != 503, "the warm-up's end")
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 500 and "no memory for the model" in health.json()["error"]
+        assert httpx.post(f"{url}/translate", json=body("one"), timeout=WAIT_S).status_code == 500

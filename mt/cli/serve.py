@@ -32,8 +32,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ct2", type=Path, metavar="DIR", help="serve this mt-export CTranslate2 directory instead")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     g.add_argument("--port", type=ranged(int, 0, 65535), default=5000)
-    g.add_argument("--max-batch-tokens", type=ranged(int, 1), default=6000,
-                   help="source tokens (x beam) the worker gathers from queued requests into one batch")
+    g.add_argument("--max-batch-tokens", type=ranged(int, 1),
+                   help="source tokens (x beam) the worker gathers from queued requests into one batch "
+                        "(default: the decoding batch budget, --max-tokens or the checkpoint's)")
     g.add_argument("--max-wait-ms", type=ranged(float, 0), default=5.0,
                    help="how long the worker waits for more requests before decoding a partial batch")
     g.add_argument("--max-queue", type=ranged(int, 1), default=256, help="queued requests; more get 429")

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 class ServeSettings:
     """What ``mt-serve``'s flags set; the app, the worker and the limits read it."""
 
-    max_batch_tokens: int = 6000  # source tokens (incl. EOS) x beam gathered into one decoding batch
+    # source tokens (incl. EOS) x beam gathered into one decoding batch; None: the decoder's own batch budget
+    # (DecodeConfig.max_tokens), so one gathered batch is about one batch of the decoder
+    max_batch_tokens: int | None = None
     max_wait_ms: float = 5.0  # how long the worker waits for more requests before decoding a partial batch
     max_queue: int = 256  # requests waiting for the worker; more are refused with 429
     max_beam: int = 16  # largest beam a request may ask for

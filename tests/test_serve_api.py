@@ -17,6 +17,10 @@ from serve_helpers import reference, serving, torch_engine
 from mt.serve import Options, ServeSettings
 
 LINES = demo_sources(6)
+MULTIPART_FF = (
+    b'--XX\r\nContent-Disposition: form-data; name="q"\r\n\r\n\xff\xfe\r\n'
+    b'--XX\r\nContent-Disposition: form-data; name="target"\r\n\r\nde\r\n--XX--\r\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +35,7 @@ def engine(ckpt):
 
 @pytest.fixture(scope="module")
 def server(engine):
-    settings = ServeSettings(threads=1, max_lines=8, max_body_bytes=4096)
+    settings = ServeSettings(threads=1, max_lines=8, max_body_bytes=200_000)
     with serving(engine, settings) as (url, app):
         yield url
 
@@ -89,6 +93,7 @@ def test_v1_translate_options_nbest_and_scores(server, engine):
     [
         ({"content": b'{"q": "one",', "headers": {"content-type": "application/json"}}, 400, "malformed JSON"),
         ({"json": ["q"]}, 400, "must be an object"),
+        ({"content": b"[" * 100_000, "headers": {"content-type": "application/json"}}, 400, "nested too deeply"),
         ({"json": {"q": 5, "target": "de"}}, 400, "q must be a string or a list of strings"),
         ({"json": {"q": ["a", 1], "target": "de"}}, 400, "q must be a string or a list of strings"),
         ({"json": {"q": "", "target": "de"}}, 400, "missing q parameter"),
@@ -106,7 +111,11 @@ def test_v1_translate_options_nbest_and_scores(server, engine):
          "lone surrogate"),
         ({"content": b"q=%ff&target=de", "headers": {"content-type": "application/x-www-form-urlencoded"}}, 400,
          "not valid UTF-8"),
-        ({"json": {"q": "x" * 5000, "target": "de"}}, 413, "over --max-body-bytes 4096"),
+        ({"content": MULTIPART_FF, "headers": {"content-type": "multipart/form-data; boundary=XX"}}, 400,
+         "form field q is not valid UTF-8"),
+        ({"content": b"q=one", "headers": {"content-type": "multipart/form-data"}}, 400, "malformed multipart"),
+        ({"files": {"q": ("a.txt", b"one"), "target": (None, "de")}}, 400, "q must be a text field, not a file"),
+        ({"json": {"q": "x" * 200_000, "target": "de"}}, 413, "over --max-body-bytes 200000"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -118,8 +127,8 @@ def test_bad_requests_get_a_clear_json_error(server, kwargs, status, message):
 
 def test_a_streamed_body_over_the_limit_is_refused_without_content_length(server):
     def chunks():
-        for _ in range(10):
-            yield b"x" * 1000
+        for _ in range(30):
+            yield b"x" * 10_000
 
     response = post(server, "/translate", content=chunks(), headers={"content-type": "application/json"})
     assert response.status_code == 413 and "max-body-bytes" in response.json()["error"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from email.parser import BytesParser
+from email.policy import HTTP
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -56,6 +58,8 @@ async def read_json_object(request: Request) -> dict[str, Any]:
         body = json.loads(text)
     except json.JSONDecodeError as e:
         raise bad_request(f"Invalid request: malformed JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise bad_request("Invalid request: the JSON body is nested too deeply") from None
     if not isinstance(body, dict):
         raise bad_request(f"Invalid request: the JSON body must be an object, got {type(body).__name__}")
     return body
@@ -71,12 +75,28 @@ async def read_params(request: Request) -> dict[str, Any]:
         for name, value in parse_query(await request.body(), "the form body").items():
             params.setdefault(name, value)
     elif content_type == "multipart/form-data":
-        async with request.form() as form:
-            for name, value in form.multi_items():
-                if not isinstance(value, str):
-                    raise bad_request(f"Invalid request: {name} must be a text field, not a file")
-                params.setdefault(name, value)
+        for name, value in parse_multipart(await request.body(), request.headers["content-type"]).items():
+            params.setdefault(name, value)
     return params
+
+
+def parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
+    """Text fields of a ``multipart/form-data`` body, each strictly UTF-8 (Starlette's parser would fall back
+    to Latin-1 silently); files are refused. The first value of a repeated name wins."""
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1", "replace")
+    message = BytesParser(policy=HTTP).parsebytes(head + body)
+    if not message.is_multipart():
+        raise bad_request("Invalid request: malformed multipart body (no boundary)")
+    fields: dict[str, str] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str):
+            raise bad_request("Invalid request: a multipart part without a field name")
+        if part.get_filename() is not None:
+            raise bad_request(f"Invalid request: {name} must be a text field, not a file")
+        payload = part.get_payload(decode=True) or b""
+        fields.setdefault(name, decode_utf8(payload, f"form field {name}"))
+    return fields
 
 
 @dataclass(frozen=True)

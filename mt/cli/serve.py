@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import warnings
 from collections.abc import Sequence
@@ -83,26 +84,52 @@ def load_engine(args: argparse.Namespace):
     return TorchEngine(translator, source, target, f"{path} on {translator.device}")
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """The listening address, taken before the model loads: a port in use fails at once, naming the flag."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise UsageError(f"--host {host}: {e.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror} (--host/--port)") from None
+    return sock
+
+
+def need_serve_extra() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise UserError(f"mt-serve needs the serve extra (pip install -e '.[serve]'): {e}") from None
+
+
 def serve(args: argparse.Namespace) -> None:
+    need_serve_extra()
     import uvicorn
 
     from mt.serve import create_app
 
     settings = settings_from(args)
+    sock = bind(args.host, args.port)
     engine = load_engine(args)
     warnings.filterwarnings("ignore", message=r"line \d+: \d+ source pieces")  # truncation: the documented policy
     print(f"mt-serve: {engine.description}", file=sys.stderr)
-    print(f"mt-serve: http://{args.host}:{args.port}/ ({engine.source_lang} -> {engine.target_lang})",
+    port = sock.getsockname()[1]  # --port 0: the one the OS picked
+    print(f"mt-serve: http://{args.host}:{port}/ ({engine.source_lang} -> {engine.target_lang})",
           file=sys.stderr, flush=True)
     app = create_app(engine, settings)
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is over; a handler that ignores
     # it lets the command return, so the drained server exits 0
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
-    server = uvicorn.Server(config)
-    server.run()
-    if not server.started:
-        raise UserError(f"could not serve on {args.host}:{args.port} (see the error above)")
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False)  # no access log: keys in URLs stay out
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -14,7 +14,9 @@ import uvicorn
 
 from mt.checkpoint import load_for_inference
 from mt.decode import Translator
-from mt.serve import Options, Output, ServeSettings, TorchEngine, create_app
+from mt.serve.app import create_app
+from mt.serve.engine import Options, Output, TorchEngine
+from mt.serve.settings import ServeSettings
 
 START_TIMEOUT_S = 60
 

@@ -14,7 +14,8 @@ import pytest
 from export_helpers import demo_sources, untrained_checkpoint
 from serve_helpers import reference, serving, torch_engine
 
-from mt.serve import Options, ServeSettings
+from mt.serve.engine import Options
+from mt.serve.settings import ServeSettings
 
 LINES = demo_sources(6)
 MULTIPART_FF = (

@@ -15,7 +15,8 @@ import pytest
 from export_helpers import demo_model
 from serve_helpers import reference, serving, torch_engine
 
-from mt.serve import Options, ServeSettings
+from mt.serve.engine import Options
+from mt.serve.settings import ServeSettings
 
 REQUESTS = 24
 

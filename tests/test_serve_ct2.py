@@ -11,8 +11,9 @@ from serve_helpers import reference, serving, torch_engine
 
 from mt.cli.export import main as export_main
 from mt.errors import UserError
-from mt.serve import Options, ServeSettings
 from mt.serve.ct2_engine import Ct2Engine
+from mt.serve.engine import Options
+from mt.serve.settings import ServeSettings
 
 REQUESTS = 12
 

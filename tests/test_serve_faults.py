@@ -14,7 +14,7 @@ import pytest
 from export_helpers import untrained_checkpoint
 from serve_helpers import GatedEngine, reference, serving, serving_unready, torch_engine
 
-from mt.serve import ServeSettings
+from mt.serve.settings import ServeSettings
 
 WAIT_S = 30  # bound on every wait for the server's state
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from serve_helpers import serving, torch_engine
 
-from mt.serve import ServeSettings
+from mt.serve.settings import ServeSettings
 
 EXAMPLES = 25  # generated requests per operation and mode
 

@@ -11,7 +11,7 @@ import pytest
 from export_helpers import demo_sources, untrained_checkpoint
 from serve_helpers import reference, serving, torch_engine
 
-from mt.serve import ServeSettings
+from mt.serve.settings import ServeSettings
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None)

@@ -26,24 +26,32 @@ from pathlib import Path
 from mt.cli.errors import UsageError, run_command
 from mt.cli.flags import DECODE_FLAGS, add_decode_args, add_model_args, ranged
 from mt.errors import UserError
+from mt.serve.settings import ServeSettings
+
+DEFAULTS = ServeSettings()
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("serving")
     g.add_argument("--ct2", type=Path, metavar="DIR", help="serve this mt-export CTranslate2 directory instead")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    g.add_argument("--port", type=ranged(int, 0, 65535), default=5000)
+    g.add_argument("--port", type=ranged(int, 0, 65535), default=5000, help="(default: %(default)s; 0: any free)")
     g.add_argument("--max-batch-tokens", type=ranged(int, 1),
                    help="source tokens (x beam) the worker gathers from queued requests into one batch "
                         "(default: the decoding batch budget, --max-tokens or the checkpoint's)")
-    g.add_argument("--max-wait-ms", type=ranged(float, 0), default=5.0,
-                   help="how long the worker waits for more requests before decoding a partial batch")
-    g.add_argument("--max-queue", type=ranged(int, 1), default=256, help="queued requests; more get 429")
-    g.add_argument("--max-lines", type=ranged(int, 1), default=128, help="lines in one request")
-    g.add_argument("--max-body-bytes", type=ranged(int, 1), default=1_000_000, help="request body size")
-    g.add_argument("--max-beam", type=ranged(int, 1), default=16, help="largest beam a request may ask for")
-    g.add_argument("--timeout", type=ranged(float, 0, low_open=True), default=60.0,
-                   help="seconds before an unanswered request gets 504")
+    g.add_argument("--max-wait-ms", type=ranged(float, 0), default=DEFAULTS.max_wait_ms,
+                   help="how long the worker waits for more requests before decoding a partial batch "
+                        "(default: %(default)s)")
+    g.add_argument("--max-queue", type=ranged(int, 1), default=DEFAULTS.max_queue,
+                   help="queued requests; more get 429 (default: %(default)s)")
+    g.add_argument("--max-lines", type=ranged(int, 1), default=DEFAULTS.max_lines,
+                   help="lines in one request (default: %(default)s)")
+    g.add_argument("--max-body-bytes", type=ranged(int, 1), default=DEFAULTS.max_body_bytes,
+                   help="request body size (default: %(default)s)")
+    g.add_argument("--max-beam", type=ranged(int, 1), default=DEFAULTS.max_beam,
+                   help="largest beam a request may ask for (default: %(default)s)")
+    g.add_argument("--timeout", type=ranged(float, 0, low_open=True), default=DEFAULTS.timeout_s,
+                   help="seconds before an unanswered request gets 504 (default: %(default)s)")
     g.add_argument("--api-keys", type=Path, metavar="FILE", help="one key a line; requests need one (403 without)")
     g.add_argument("--source-lang", help="source language code (default: the checkpoint's; en for --ct2)")
     g.add_argument("--target-lang", help="target language code (default: the checkpoint's; de for --ct2)")
@@ -51,7 +59,6 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace):
-    from mt.serve import ServeSettings
     from mt.serve.limits import load_api_keys
 
     return ServeSettings(
@@ -76,7 +83,7 @@ def load_engine(args: argparse.Namespace):
         print(f"mt-serve: decoding defaults {engine.defaults}", file=sys.stderr)
         return engine
     from mt.cli.translate import load_translator
-    from mt.serve import TorchEngine
+    from mt.serve.engine import TorchEngine
 
     translator, cfg, path = load_translator(args)
     source, target = args.source_lang or cfg.data.src_lang, args.target_lang or cfg.data.tgt_lang
@@ -114,7 +121,7 @@ def serve(args: argparse.Namespace) -> None:
     need_serve_extra()
     import uvicorn
 
-    from mt.serve import create_app
+    from mt.serve.app import create_app
 
     settings = settings_from(args)
     sock = bind(args.host, args.port)

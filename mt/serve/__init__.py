@@ -5,8 +5,4 @@ front validates requests and queues them; the worker decodes lines of concurrent
 under a token budget and routes each answer back to its request (``batching``).
 """
 
-from mt.serve.app import create_app
-from mt.serve.engine import Engine, Options, Output, TorchEngine
-from mt.serve.settings import ServeSettings
-
-__all__ = ["Engine", "Options", "Output", "ServeSettings", "TorchEngine", "create_app"]
+# no re-exports: mt-serve's flag defaults come from mt.serve.settings without loading torch or FastAPI

@@ -131,18 +131,24 @@ class BatchingWorker:
             batch, tokens = [first], first.cost
             deadline = time.monotonic() + self.max_wait_s
             while first.mergeable:
-                tokens = self._take_matching(first.options, batch, tokens)
+                tokens, full = self._take_matching(first.options, batch, tokens)
                 remaining = deadline - time.monotonic()
-                if tokens >= self.max_batch_tokens or remaining <= 0 or self._stopping:
+                if full or remaining <= 0 or self._stopping:
                     break
                 self._cond.wait(remaining)
         return [job for job in batch if not job.future.done()]  # left or timed out meanwhile
 
-    def _take_matching(self, options: Options, batch: list[Job], tokens: int) -> int:
-        """Move queued jobs with ``options`` into ``batch`` in arrival order while they fit; the new token total."""
+    def _take_matching(self, options: Options, batch: list[Job], tokens: int) -> tuple[int, bool]:
+        """Move queued jobs with ``options`` into ``batch`` in arrival order while they fit.
+
+        Returns the new token total and whether the batch is full (a matching job did not fit, or the
+        budget is reached). Jobs whose request is gone are dropped from the queue on the way.
+        """
         kept: deque[Job] = deque()
-        full = False
+        full = tokens >= self.max_batch_tokens
         for job in self._queue:
+            if job.future.done():
+                continue
             if not full and job.mergeable and job.options == options:
                 if tokens + job.cost <= self.max_batch_tokens:
                     batch.append(job)
@@ -151,7 +157,7 @@ class BatchingWorker:
                 full = True  # keep arrival order: no later, smaller job overtakes this one
             kept.append(job)
         self._queue = kept
-        return tokens
+        return tokens, full or tokens >= self.max_batch_tokens
 
     def _decode(self, batch: list[Job]) -> None:
         if not batch:

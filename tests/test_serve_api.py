@@ -144,6 +144,8 @@ def test_a_streamed_body_over_the_limit_is_refused_without_content_length(server
         ({"q": "one", "strategy": "beam", "beam": 17}, "more than --max-beam 16"),
         ({"q": "one", "alpha": "high"}, "alpha"),
         ({"q": "one", "unknown": 1}, "unknown"),
+        ({"q": "one", "target": "fr"}, "fr is not supported"),
+        ({"q": [], "beam": 2}, "missing q parameter"),
     ],
 )
 def test_v1_bad_options_are_400(server, body, message):

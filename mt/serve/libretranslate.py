@@ -160,12 +160,11 @@ def parse_text_request(params: dict[str, Any], max_lines: int, default_source: s
     return TextRequest(items, is_list, source, target)
 
 
-def check_languages(request: TextRequest, source_lang: str, target_lang: str) -> None:
+def check_languages(source: str, target: str, source_lang: str, target_lang: str) -> None:
     """LibreTranslate's 400s: ``xx is not supported`` for a language pair the model does not translate."""
-    if request.source not in ("auto", source_lang):
-        raise bad_request(f"{request.source} is not supported (this model translates {source_lang} -> {target_lang})")
-    if request.target != target_lang:
-        raise bad_request(f"{request.target} is not supported (this model translates {source_lang} -> {target_lang})")
+    for asked, ok in ((source, ("auto", source_lang)), (target, (target_lang,))):
+        if asked not in ok:
+            raise bad_request(f"{asked} is not supported (this model translates {source_lang} -> {target_lang})")
 
 
 def languages(source_lang: str, target_lang: str) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ from pydantic import ValidationError
 from mt.serve.engine import Options, Output
 from mt.serve.front import ClientLeft, Front
 from mt.serve.libretranslate import (
-    TextRequest,
     check_languages,
     languages,
     parse_text_request,
@@ -72,7 +71,7 @@ async def translate(request: Request) -> Any:
     params = await read_params(request)
     check_api_key(params.get("api_key"), service.settings.api_keys)
     text = parse_text_request(params, service.settings.max_lines, default_source="auto")
-    check_languages(text, service.engine.source_lang, service.engine.target_lang)
+    check_languages(text.source, text.target, service.engine.source_lang, service.engine.target_lang)
     try:
         outputs = await service.translate(request, text.lines, Options())
     except ClientLeft:
@@ -123,8 +122,7 @@ async def translate_v1(request: Request) -> Any:
     lines = [line for item in items for line in item]
     check_line_count(len(lines), service.settings.max_lines)
     engine = service.engine
-    check_languages(TextRequest(items, True, req.source, req.target or engine.target_lang),
-                    engine.source_lang, engine.target_lang)
+    check_languages(req.source, req.target or engine.target_lang, engine.source_lang, engine.target_lang)
     options = Options(req.strategy, req.beam, req.nbest, req.alpha)
     try:
         outputs = await service.translate(request, lines, options)

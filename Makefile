@@ -19,9 +19,12 @@ RUN ?= runs/$(EXP)
 TO ?=
 OUT ?=
 QUANT ?=
+PORT ?= 5000
+HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
 .PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-bf16 bench-curves ablate plots average lint clean help
+.PHONY: serve bench-serve
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
@@ -29,6 +32,8 @@ help:
 	@echo "make eval [EXP=..|CKPT=..] [ARGS='--align 3']                 (report under reports/)"
 	@echo "make export TO=ctranslate2|hf CKPT=path/to/checkpoint.pt OUT=dir [QUANT=int8] [ARGS=--force]"
 	@echo "make bench-scale PAIRS=4500000 | make bench-peers | make bench-bf16 | make bench-curves | make ablate [ARGS='--minutes 30']"
+	@echo "make serve [EXP=..|CKPT=..] [PORT=5000] [HOST=127.0.0.1] [ARGS='--api-keys keys.txt']   (HTTP, page at /)"
+	@echo "make bench-serve CKPT=multi30k/checkpoints/best.pt [ARGS='--soak-minutes 10']"
 	@echo "make test | make bench | make summary MODEL=transformer_base VOCAB=37000 | make plots RUN=runs/demo"
 
 $(STAMP): pyproject.toml
@@ -62,6 +67,12 @@ eval: $(STAMP)
 export: $(STAMP)
 	$(if $(and $(TO),$(CKPT),$(OUT)),,$(error usage: make export TO=ctranslate2|hf CKPT=path/to/checkpoint.pt OUT=dir [QUANT=int8] [ARGS=--force]))
 	$(BIN)/mt-export --to $(TO) --ckpt $(CKPT) --out $(OUT) $(if $(QUANT),--quantization $(QUANT)) $(ARGS)
+
+serve: $(STAMP)
+	$(BIN)/mt-serve --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) --host $(HOST) --port $(PORT) $(ARGS)
+
+bench-serve: $(STAMP)
+	$(BIN)/python scripts/bench_serve.py $(if $(CKPT),--ckpt $(CKPT)) $(ARGS)
 
 summary: $(STAMP)
 	@$(BIN)/python -m mt.model.summary --model $(MODEL) --vocab $(VOCAB)

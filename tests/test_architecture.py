@@ -27,8 +27,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "checkpoint": {"errors", "config", "data", "model"},
     "eval": {"errors", "config", "data", "decode"},
     "export": {"errors", "config", "data", "model", "decode", "checkpoint"},
+    "serve": {"errors", "config", "data", "model", "decode", "checkpoint"},
     "train": {"errors", "config", "device", "data", "model", "decode", "checkpoint", "eval"},
-    "cli": {"errors", "config", "device", "data", "model", "decode", "checkpoint", "eval", "export", "train"},
+    "cli": {"errors", "config", "device", "data", "model", "decode", "checkpoint", "eval", "export", "serve", "train"},
 }
 
 
@@ -74,7 +75,8 @@ def test_inference_entry_points_load_no_training_code():
     code = (
         "import sys\n"
         "import mt.decode, mt.eval, mt.eval.report, mt.eval.scoring, mt.checkpoint, mt.export\n"
-        "import mt.cli.translate, mt.cli.evaluate, mt.cli.export, mt.cli.plots\n"
+        "import mt.cli.translate, mt.cli.evaluate, mt.cli.export, mt.cli.plots, mt.cli.serve, mt.serve\n"
+        "import mt.serve.app, mt.serve.ct2_engine\n"
         "from mt.cli.translate import load_translator\n"
         "print(sorted(m for m in sys.modules if m == 'mt.train' or m.startswith('mt.train.')))\n"
     )

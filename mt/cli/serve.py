@@ -1,0 +1,158 @@
+"""``mt-serve`` / ``python -m mt.cli.serve``: translate over HTTP with a trained checkpoint or a CTranslate2 export.
+
+Examples:
+    mt-serve --ckpt runs/demo/checkpoints/best.pt                  # http://127.0.0.1:5000/
+    mt-serve --ct2 exports/demo-ct2 --port 8000 --api-keys keys.txt
+    curl -s localhost:5000/translate -H 'Content-Type: application/json' \\
+        -d '{"q": "twenty-one", "source": "en", "target": "de"}'
+
+LibreTranslate's ``POST /translate`` and ``GET /languages``, mt's ``POST /v1/translate`` (beam, nbest,
+alpha, strategy, scores), ``GET /health``, ``GET /metrics`` (Prometheus), ``/docs`` (OpenAPI) and a page
+at ``/``. Lines of concurrent requests are decoded together (``--max-batch-tokens``, ``--max-wait-ms``);
+each answer equals mt-translate's for the same lines and settings. SIGTERM stops taking requests,
+answers those already taken, then exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from mt.cli.errors import UsageError, run_command
+from mt.cli.flags import DECODE_FLAGS, add_decode_args, add_model_args, ranged
+from mt.errors import UserError
+from mt.serve.settings import ServeSettings
+
+DEFAULTS = ServeSettings()
+
+
+def add_serve_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("serving")
+    g.add_argument("--ct2", type=Path, metavar="DIR", help="serve this mt-export CTranslate2 directory instead")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    g.add_argument("--port", type=ranged(int, 0, 65535), default=5000, help="(default: %(default)s; 0: any free)")
+    g.add_argument("--max-batch-tokens", type=ranged(int, 1),
+                   help="source tokens (x beam) the worker gathers from queued requests into one batch "
+                        "(default: the decoding batch budget, --max-tokens or the checkpoint's)")
+    g.add_argument("--max-wait-ms", type=ranged(float, 0), default=DEFAULTS.max_wait_ms,
+                   help="how long the worker waits for more requests before decoding a partial batch "
+                        "(default: %(default)s)")
+    g.add_argument("--max-queue", type=ranged(int, 1), default=DEFAULTS.max_queue,
+                   help="queued requests; more get 429 (default: %(default)s)")
+    g.add_argument("--max-lines", type=ranged(int, 1), default=DEFAULTS.max_lines,
+                   help="lines in one request (default: %(default)s)")
+    g.add_argument("--max-body-bytes", type=ranged(int, 1), default=DEFAULTS.max_body_bytes,
+                   help="request body size (default: %(default)s)")
+    g.add_argument("--max-beam", type=ranged(int, 1), default=DEFAULTS.max_beam,
+                   help="largest beam a request may ask for (default: %(default)s)")
+    g.add_argument("--timeout", type=ranged(float, 0, low_open=True), default=DEFAULTS.timeout_s,
+                   help="seconds before an unanswered request gets 504 (default: %(default)s)")
+    g.add_argument("--api-keys", type=Path, metavar="FILE", help="one key a line; requests need one (403 without)")
+    g.add_argument("--source-lang", help="source language code (default: the checkpoint's; en for --ct2)")
+    g.add_argument("--target-lang", help="target language code (default: the checkpoint's; de for --ct2)")
+    g.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info")
+
+
+def settings_from(args: argparse.Namespace):
+    from mt.serve.limits import load_api_keys
+
+    return ServeSettings(
+        max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+        max_lines=args.max_lines, max_body_bytes=args.max_body_bytes, max_beam=args.max_beam,
+        timeout_s=args.timeout, api_keys=load_api_keys(args.api_keys) if args.api_keys else frozenset(),
+        threads=args.threads,
+    )
+
+
+def load_engine(args: argparse.Namespace):
+    """The engine the flags name: ``--ct2 DIR``, or the checkpoint through mt-translate's loading."""
+    if args.ct2 is not None:
+        if args.ckpt is not None:
+            raise UsageError("give --ckpt or --ct2, not both")
+        from mt.serve.app import usable_cores
+        from mt.serve.ct2_engine import Ct2Engine
+
+        given = {field: getattr(args, flag) for flag, field in DECODE_FLAGS.items() if getattr(args, flag) is not None}
+        engine = Ct2Engine.load(args.ct2, given, args.threads or usable_cores(), args.source_lang or "en",
+                                args.target_lang or "de")
+        print(f"mt-serve: decoding defaults {engine.defaults}", file=sys.stderr)
+        return engine
+    from mt.cli.translate import load_translator
+    from mt.serve.engine import TorchEngine
+
+    translator, cfg, path = load_translator(args)
+    source, target = args.source_lang or cfg.data.src_lang, args.target_lang or cfg.data.tgt_lang
+    print(f"mt-serve: decoding defaults {translator.cfg}", file=sys.stderr)
+    return TorchEngine(translator, source, target, f"{path} on {translator.device}")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening address, taken before the model loads: a port in use fails at once, naming the flag."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise UsageError(f"--host {host}: {e.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror} (--host/--port)") from None
+    return sock
+
+
+def need_serve_extra() -> None:
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise UserError(f"mt-serve needs the serve extra (pip install -e '.[serve]'): {e}") from None
+
+
+def serve(args: argparse.Namespace) -> None:
+    need_serve_extra()
+    import uvicorn
+
+    from mt.serve.app import create_app
+
+    settings = settings_from(args)
+    sock = bind(args.host, args.port)
+    engine = load_engine(args)
+    warnings.filterwarnings("ignore", message=r"line \d+: \d+ source pieces")  # truncation: the documented policy
+    print(f"mt-serve: {engine.description}", file=sys.stderr)
+    port = sock.getsockname()[1]  # --port 0: the one the OS picked
+    print(f"mt-serve: http://{args.host}:{port}/ ({engine.source_lang} -> {engine.target_lang})",
+          file=sys.stderr, flush=True)
+    app = create_app(engine, settings)
+    # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is over; a handler that ignores
+    # it lets the command return, so the drained server exits 0
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=False)  # no access log: keys in URLs stay out
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mt-serve", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    add_model_args(parser)
+    add_serve_args(parser)
+    add_decode_args(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_command("mt-serve", lambda: serve(args), args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

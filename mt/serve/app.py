@@ -1,0 +1,97 @@
+"""``create_app(engine, settings)``: the FastAPI app around one engine, its decoding worker and its metrics.
+
+The worker thread starts with the app (warm-up first: /health answers 200 after it) and stops after
+the server stopped taking requests and answered those it had (uvicorn's graceful shutdown on SIGTERM):
+every queued job is decoded before the process exits. Errors map to LibreTranslate's ``{"error": ...}``
+bodies in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from mt.serve.batching import BatchingWorker
+from mt.serve.engine import Engine, Options
+from mt.serve.front import Front
+from mt.serve.metrics import Metrics
+from mt.serve.middleware import BodyLimit, RequestMetrics
+from mt.serve.problems import ApiError
+from mt.serve.routes import router
+from mt.serve.settings import ServeSettings
+
+log = logging.getLogger("mt.serve")
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every refusal as ``{"error": "..."}``; an unexpected exception is a logged 500, never a dead worker."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+        return error(e.status, e.message, e.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        return error(e.status_code, str(e.detail), getattr(e, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid"}
+        return error(400, f"Invalid request: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, e: Exception) -> JSONResponse:
+        log.exception("unexpected error in %s %s", request.method, request.url.path)
+        return error(500, f"Cannot translate text: internal error ({type(e).__name__})")
+
+
+def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
+    """The app serving ``engine``; its decoding worker runs while the app's lifespan does."""
+    metrics = Metrics()
+    worker = BatchingWorker(
+        engine,
+        max_batch_tokens=settings.max_batch_tokens or engine.settings(Options()).max_tokens,
+        max_wait_s=settings.max_wait_ms / 1000,
+        max_queue=settings.max_queue,
+        threads=settings.threads or usable_cores(),
+        on_batch=metrics.observe_batch,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(worker.stop)  # decodes what is still queued, then the thread ends
+
+    app = FastAPI(
+        title="mt-serve",
+        summary=f"Machine translation {engine.source_lang} -> {engine.target_lang}",  # no model path: it is public
+        description="LibreTranslate-compatible `/translate` and `/languages`, mt's `/v1/translate` with decoding "
+        "options, `/health`, Prometheus `/metrics`. Lines of concurrent requests are decoded together.",
+        lifespan=lifespan,
+    )
+    app.state.front = Front(engine, worker, settings, metrics)
+    app.state.metrics = metrics
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    add_error_handlers(app)
+    app.include_router(router)
+    return app

@@ -1,0 +1,197 @@
+"""Dynamic batching: one worker thread owns the engine and decodes the lines of concurrent requests together.
+
+The asyncio front ``submit``s a ``Job`` (a request's lines, its options, its token cost, a future) into
+a bounded queue and awaits the future; it never decodes. The worker takes the oldest job, then gathers
+later jobs with the same options (the batching key) in arrival order while their cost fits
+``max_batch_tokens``, waiting at most ``max_wait_ms`` for more to arrive; decodes all their lines in one
+``engine.translate`` call; and resolves each job's future with its own slice of the outputs, in order,
+through ``loop.call_soon_threadsafe``. mt's decoder gives a sentence the same output whatever else is
+in its batch, so an answer does not depend on its neighbours. Sampling jobs are never merged (the
+sampling generator's draws depend on the batch). A failing batch fails its jobs only; jobs whose
+client left or timed out before their batch began are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from mt.serve.engine import Engine, Options, Output
+
+WARM_UP_LINE = "a"  # one or two pieces: within any model's length limit
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` jobs; ``retry_after`` estimates the seconds until it has room."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"the translation queue is full; retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+class BatchFailed(Exception):
+    """The batch holding this job raised; the message is the engine's error."""
+
+
+@dataclass
+class Job:
+    """One request's lines waiting for the worker; ``future`` gets ``list[Output]`` in line order."""
+
+    lines: Sequence[str]
+    options: Options
+    cost: int  # source tokens incl. EOS x rows per sentence
+    mergeable: bool  # False: decoded in a batch of its own (sampling)
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one decoded batch was, for the metrics."""
+
+    jobs: int
+    lines: list[Output]
+    seconds: float
+    failed: bool
+
+
+class BatchingWorker:
+    """The decoding thread and its queue; ``start`` warms the engine up, ``stop`` drains and joins."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_batch_tokens: int,
+        max_wait_s: float,
+        max_queue: int,
+        threads: int,
+        on_batch: Callable[[BatchReport], None] = lambda report: None,
+    ) -> None:
+        self.engine = engine
+        self.max_batch_tokens, self.max_wait_s, self.max_queue = max_batch_tokens, max_wait_s, max_queue
+        self.threads = threads
+        self.on_batch = on_batch
+        self.ready = threading.Event()  # set once the warm-up translation ran
+        self.warmup_error: BaseException | None = None
+        self._queue: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._last_batch_s = 0.0
+        self._thread = threading.Thread(target=self._run, name="mt-serve-decoder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Decode every queued job, then end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def depth(self) -> int:
+        return len(self._queue)
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; QueueFull when ``max_queue`` jobs wait already."""
+        with self._cond:
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(max(1, math.ceil(self._last_batch_s)))  # room comes back as a batch ends
+            self._queue.append(job)
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        import torch
+
+        torch.set_num_threads(self.threads)
+        try:
+            self.engine.translate([WARM_UP_LINE], Options())
+        except Exception as e:  # noqa: BLE001  (reported by /health; the server stays up to say why)
+            self.warmup_error = e
+        else:
+            self.ready.set()
+        while (batch := self._gather()) is not None:
+            self._decode(batch)
+
+    def _gather(self) -> list[Job] | None:
+        """The next batch (see the module docstring), or None once stopping with an empty queue."""
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait()
+            if not self._queue:
+                return None
+            first = self._queue.popleft()
+            batch, tokens = [first], first.cost
+            deadline = time.monotonic() + self.max_wait_s
+            while first.mergeable:
+                tokens, full = self._take_matching(first.options, batch, tokens)
+                remaining = deadline - time.monotonic()
+                if full or remaining <= 0 or self._stopping:
+                    break
+                self._cond.wait(remaining)
+        return [job for job in batch if not job.future.done()]  # left or timed out meanwhile
+
+    def _take_matching(self, options: Options, batch: list[Job], tokens: int) -> tuple[int, bool]:
+        """Move queued jobs with ``options`` into ``batch`` in arrival order while they fit.
+
+        Returns the new token total and whether the batch is full (a matching job did not fit, or the
+        budget is reached). Jobs whose request is gone are dropped from the queue on the way.
+        """
+        kept: deque[Job] = deque()
+        full = tokens >= self.max_batch_tokens
+        for job in self._queue:
+            if job.future.done():
+                continue
+            if not full and job.mergeable and job.options == options:
+                if tokens + job.cost <= self.max_batch_tokens:
+                    batch.append(job)
+                    tokens += job.cost
+                    continue
+                full = True  # keep arrival order: no later, smaller job overtakes this one
+            kept.append(job)
+        self._queue = kept
+        return tokens, full or tokens >= self.max_batch_tokens
+
+    def _decode(self, batch: list[Job]) -> None:
+        if not batch:
+            return
+        lines = [line for job in batch for line in job.lines]
+        start = time.monotonic()
+        try:
+            outputs = self.engine.translate(lines, batch[0].options)
+        except Exception as e:  # noqa: BLE001  (one bad batch fails its requests, not the server)
+            for job in batch:
+                _resolve(job, BatchFailed(f"{type(e).__name__}: {e}"))
+            outputs, failed = [], True
+        else:
+            offset = 0
+            for job in batch:
+                _resolve(job, outputs[offset : offset + len(job.lines)])
+                offset += len(job.lines)
+            failed = False
+        self._last_batch_s = time.monotonic() - start
+        self.on_batch(BatchReport(len(batch), outputs, self._last_batch_s, failed))
+
+
+def _resolve(job: Job, result: list[Output] | BaseException) -> None:
+    """Hand ``result`` to the job's future on its event loop (unless the request is gone)."""
+
+    def settle() -> None:
+        if job.future.done():
+            return
+        if isinstance(result, BaseException):
+            job.future.set_exception(result)
+        else:
+            job.future.set_result(result)
+
+    try:
+        job.loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop closed: nobody waits for this answer any more
+        pass

@@ -1,0 +1,119 @@
+"""``Ct2Engine``: serve a CTranslate2 directory written by ``mt-export --to ctranslate2`` through the same API.
+
+The directory holds the model, the SentencePiece model(s) (``spm.model``, or ``src.model`` and
+``tgt.model``) and a README whose usage example carries the export's defaults (beam size, ``|Y|^alpha``
+penalty, the decoding limit, ``max_input_length``); they are the engine's defaults, and mt-serve's
+decoding flags override them. Sources are raw pieces (the model adds ``</s>``), as the README says.
+CTranslate2 has one length limit per call, not mt's ``a * |src| + b``, so the export's single limit is
+used for every batch (an answer never depends on its batch's longest line), and only the ``length``
+penalty (or none) exists: a request or flag asking for ``gnmt`` is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from mt.config import DecodeConfig, validate_group
+from mt.data import Tokenizers
+from mt.errors import UserError
+from mt.serve.engine import Options, Output, resolve
+
+# what the export's README example sets (mt.export.readme.ct2_readme)
+README_DEFAULTS = {"beam_size": int, "length_penalty": float, "max_decoding_length": int, "max_input_length": int}
+
+
+def readme_defaults(directory: Path) -> dict[str, int | float]:
+    """The keyword arguments of the README's ``translate_batch`` example ({} if there is no README)."""
+    readme = directory / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    found: dict[str, int | float] = {}
+    for name, kind in README_DEFAULTS.items():
+        match = re.search(rf"^\s*{name}=([0-9.]+),", text, re.MULTILINE)
+        if match is not None:
+            found[name] = kind(match.group(1))
+    return found
+
+
+class Ct2Engine:
+    """A CTranslate2 translator with the export's tokenizers; one worker thread calls ``translate``."""
+
+    def __init__(self, directory: Path, translator, tokenizers: Tokenizers, defaults: DecodeConfig,
+                 max_src_len: int, max_decoding_length: int, source_lang: str, target_lang: str) -> None:
+        self.directory, self.description = directory, f"{directory} (CTranslate2)"
+        self.translator, self.tokenizers, self.defaults = translator, tokenizers, defaults
+        self._max_src_len, self.max_decoding_length = max_src_len, max_decoding_length
+        self.source_lang, self.target_lang = source_lang, target_lang
+        tgt = tokenizers.tgt
+        self._piece_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
+
+    @classmethod
+    def load(cls, directory: Path, overrides: dict, threads: int, source_lang: str, target_lang: str) -> Ct2Engine:
+        """The export in ``directory``; ``overrides`` (DecodeConfig fields, from flags) override the README's."""
+        import ctranslate2
+
+        if not (directory / "model.bin").is_file():
+            raise UserError(f"--ct2 {directory}: no model.bin (a directory written by mt-export --to ctranslate2?)")
+        if not Tokenizers.exists(directory):
+            raise UserError(f"--ct2 {directory}: no spm.model (or src.model and tgt.model) beside the model")
+        found = readme_defaults(directory)
+        missing = sorted(set(README_DEFAULTS) - set(found))
+        if missing:
+            names = ", ".join(missing)
+            raise UserError(f"--ct2 {directory}: README.md does not give {names} (re-export with mt-export)")
+        readme = {"strategy": "beam", "beam_size": found["beam_size"], "length_penalty": "length",
+                  "alpha": found["length_penalty"]}
+        defaults = validate_group("decode", dataclasses.replace(DecodeConfig(), **{**readme, **overrides}))
+        translator = ctranslate2.Translator(str(directory), device="cpu", intra_threads=threads, inter_threads=1)
+        max_src_len = int(found["max_input_length"]) - 1  # the model's positions hold the pieces and </s>
+        engine = cls(directory, translator, Tokenizers.load(directory), defaults, max_src_len,
+                     int(found["max_decoding_length"]), source_lang, target_lang)
+        engine.settings(Options())  # the defaults themselves must be servable
+        return engine
+
+    @property
+    def max_src_len(self) -> int:
+        return self._max_src_len
+
+    @property
+    def on_too_long(self) -> str:
+        return self.defaults.on_too_long
+
+    def settings(self, options: Options) -> DecodeConfig:
+        cfg = resolve(self.defaults, options)
+        if cfg.length_penalty == "gnmt" and cfg.strategy == "beam":
+            raise UserError("CTranslate2 has no GNMT length penalty: use length (|Y|^alpha) or none")
+        return cfg
+
+    def count_pieces(self, line: str) -> int:
+        return len(self.tokenizers.src.encode(line)) if line.strip() else 0
+
+    def _pieces(self, line: str) -> list[str]:
+        ids = self.tokenizers.src.encode(line)[: self._max_src_len]  # truncated; a rejected line never gets here
+        return [self.tokenizers.src.id_to_piece(i) for i in ids]
+
+    def search_options(self, cfg: DecodeConfig) -> dict:
+        """``translate_batch`` keyword arguments for ``cfg``."""
+        options = {"max_decoding_length": self.max_decoding_length, "min_decoding_length": cfg.min_len,
+                   "return_scores": True}
+        if cfg.strategy == "sample":
+            return {**options, "beam_size": 1, "sampling_topk": cfg.top_k, "sampling_topp": cfg.top_p,
+                    "sampling_temperature": cfg.temperature}
+        beam = cfg.beam_size if cfg.strategy == "beam" else 1
+        alpha = cfg.alpha if cfg.length_penalty == "length" and beam > 1 else 0.0
+        return {**options, "beam_size": beam, "num_hypotheses": cfg.nbest if beam > 1 else 1, "length_penalty": alpha}
+
+    def translate(self, lines: Sequence[str], options: Options) -> list[Output]:
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        outputs = [Output([], [], 0, 0) for _ in lines]
+        if not todo:
+            return outputs
+        sources = [self._pieces(lines[i]) for i in todo]
+        results = self.translator.translate_batch(sources, **self.search_options(self.settings(options)))
+        tgt = self.tokenizers.tgt
+        for i, source, result in zip(todo, sources, results, strict=True):
+            texts = [tgt.decode(self._piece_ids[p] for p in hyp) for hyp in result.hypotheses]
+            outputs[i] = Output(texts, list(result.scores), len(source), len(result.hypotheses[0]) + 1)
+        return outputs

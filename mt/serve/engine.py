@@ -1,0 +1,103 @@
+"""What the decoding worker drives: an ``Engine`` (text lines + decoding options -> n-best outputs).
+
+``TorchEngine`` wraps mt's ``Translator``; ``mt.serve.ct2_engine.Ct2Engine`` a CTranslate2 export.
+Requests choose a few decoding options (``Options``); the engine resolves them against its defaults
+into a ``DecodeConfig`` validated like any config, so a bad value is a 400 naming the option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mt.config import DecodeConfig, validate_group
+from mt.decode import Translator
+
+
+@dataclass(frozen=True)
+class Options:
+    """Decoding options of one request (None: the server's default). Hashable: the batching key."""
+
+    strategy: str | None = None
+    beam: int | None = None
+    nbest: int | None = None
+    alpha: float | None = None
+
+
+@dataclass
+class Output:
+    """The n-best of one line, best first (empty lists for an empty line), and its token counts."""
+
+    texts: list[str]
+    scores: list[float]
+    src_tokens: int  # source pieces fed to the model, EOS excluded
+    tgt_tokens: int  # generated pieces of the best hypothesis plus EOS
+
+    @property
+    def text(self) -> str:
+        return self.texts[0] if self.texts else ""
+
+
+def resolve(base: DecodeConfig, options: Options) -> DecodeConfig:
+    """``base`` with the request's options applied and validated; a ConfigError names a bad one."""
+    fields = {"strategy": options.strategy, "beam_size": options.beam, "nbest": options.nbest, "alpha": options.alpha}
+    cfg = dataclasses.replace(base, **{k: v for k, v in fields.items() if v is not None})
+    return validate_group("decode", cfg)
+
+
+def rows_per_line(cfg: DecodeConfig) -> int:
+    """Decoder rows a sentence takes (the beam for beam search): what a source token costs in a batch."""
+    return cfg.beam_size if cfg.strategy == "beam" else 1
+
+
+class Engine(Protocol):
+    """A model the worker can decode with; every method but ``translate`` is cheap and thread-safe."""
+
+    source_lang: str
+    target_lang: str
+    description: str  # what is served, for the log and /v1/model
+
+    @property
+    def max_src_len(self) -> int | None: ...
+
+    @property
+    def on_too_long(self) -> str: ...  # truncate | reject
+
+    def settings(self, options: Options) -> DecodeConfig: ...
+
+    def count_pieces(self, line: str) -> int: ...
+
+    def translate(self, lines: Sequence[str], options: Options) -> list[Output]: ...
+
+
+class TorchEngine:
+    """An mt checkpoint through ``Translator`` (the same code path, and so the same output, as mt-translate)."""
+
+    def __init__(self, translator: Translator, source_lang: str, target_lang: str, description: str) -> None:
+        self.translator = translator
+        self.source_lang, self.target_lang, self.description = source_lang, target_lang, description
+
+    @property
+    def max_src_len(self) -> int | None:
+        return self.translator.max_src_len
+
+    @property
+    def on_too_long(self) -> str:
+        return self.translator.cfg.on_too_long
+
+    def settings(self, options: Options) -> DecodeConfig:
+        return resolve(self.translator.cfg, options)
+
+    def count_pieces(self, line: str) -> int:
+        return len(self.translator.tokenizers.src.encode(line)) if line.strip() else 0
+
+    def translate(self, lines: Sequence[str], options: Options) -> list[Output]:
+        t = self.translator
+        translator = Translator(t.model, t.tokenizers, self.settings(options), t.device,
+                                max_positions=t.max_positions, max_src_len=t.max_src_len)
+        return [
+            Output(tr.texts, [h.score for h in tr.hypotheses], tr.src_tokens, tr.tgt_tokens)
+            for tr in translator.translate_nbest(lines)
+        ]

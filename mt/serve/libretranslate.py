@@ -1,0 +1,175 @@
+"""LibreTranslate's request format: parameters as a JSON body, form fields or URL query parameters.
+
+As LibreTranslate reads them: a JSON body (``Content-Type: application/json``) holds every parameter;
+otherwise form fields (urlencoded or multipart) and query parameters are merged (query first, as
+Flask's ``request.values`` does). ``q`` is a string or (JSON only) a list of strings, and the answer's
+``translatedText`` has the same shape. A string may hold several lines: each is translated on its own
+(one sentence a line) and the answer keeps the line breaks. Bytes that are not UTF-8 are a 400.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from email.parser import BytesParser
+from email.policy import HTTP
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+
+from mt.serve.limits import check_line_count, check_text, split_lines
+from mt.serve.problems import bad_request
+
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fr": "French",
+    "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
+    "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
+}
+
+
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code, code)
+
+
+def decode_utf8(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad_request(f"{what} is not valid UTF-8 (byte {e.start})") from None
+
+
+def parse_query(raw: bytes, what: str) -> dict[str, str]:
+    """``a=1&b=2`` (percent-escapes decoded strictly as UTF-8); the first value of a repeated name wins."""
+    try:
+        pairs = parse_qsl(decode_utf8(raw, what), keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise bad_request(f"{what} is not valid UTF-8") from None
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        params.setdefault(name, value)
+    return params
+
+
+async def read_json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object; 400 for invalid UTF-8, malformed JSON or another JSON type."""
+    text = decode_utf8(await request.body(), "the request body")
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise bad_request(f"Invalid request: malformed JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise bad_request("Invalid request: the JSON body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise bad_request(f"Invalid request: the JSON body must be an object, got {type(body).__name__}")
+    return body
+
+
+async def read_params(request: Request) -> dict[str, Any]:
+    """The request's parameters, wherever LibreTranslate would look for them (see the module docstring)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == "application/json":
+        return await read_json_object(request)
+    params = parse_query(request.scope.get("query_string", b""), "the query string")
+    if content_type == "application/x-www-form-urlencoded":
+        for name, value in parse_query(await request.body(), "the form body").items():
+            params.setdefault(name, value)
+    elif content_type == "multipart/form-data":
+        for name, value in parse_multipart(await request.body(), request.headers["content-type"]).items():
+            params.setdefault(name, value)
+    return params
+
+
+def parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
+    """Text fields of a ``multipart/form-data`` body, each strictly UTF-8 (Starlette's parser would fall back
+    to Latin-1 silently); files are refused. The first value of a repeated name wins."""
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1", "replace")
+    message = BytesParser(policy=HTTP).parsebytes(head + body)
+    if not message.is_multipart():
+        raise bad_request("Invalid request: malformed multipart body (no boundary)")
+    fields: dict[str, str] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not isinstance(name, str):
+            raise bad_request("Invalid request: a multipart part without a field name")
+        if part.get_filename() is not None:
+            raise bad_request(f"Invalid request: {name} must be a text field, not a file")
+        payload = part.get_payload(decode=True) or b""
+        fields.setdefault(name, decode_utf8(payload, f"form field {name}"))
+    return fields
+
+
+@dataclass(frozen=True)
+class TextRequest:
+    """``q`` as items of lines; ``is_list`` says whether the answer is a list."""
+
+    items: list[list[str]]
+    is_list: bool
+    source: str
+    target: str
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for item in self.items for line in item]
+
+    def shape(self, translated: list[str]) -> str | list[str]:
+        """The translated lines joined back into ``q``'s shape."""
+        out, start = [], 0
+        for item in self.items:
+            out.append("\n".join(translated[start : start + len(item)]))
+            start += len(item)
+        return out if self.is_list else out[0]
+
+
+def string_param(params: dict[str, Any], name: str, default: str | None = None) -> str:
+    """A string parameter; 400 when missing (without a default) or of another type."""
+    value = params.get(name, default)
+    if value is None or value == "":
+        if default is not None:
+            return default
+        raise bad_request(f"Invalid request: missing {name} parameter")
+    if not isinstance(value, str):
+        raise bad_request(f"Invalid request: {name} must be a string, got {type(value).__name__}")
+    check_text(value, name)
+    return value
+
+
+def text_items(q: Any) -> tuple[list[list[str]], bool]:
+    """``q`` (a string or a list of strings) as items of lines; 400 for anything else."""
+    if isinstance(q, str):
+        check_text(q, "q")
+        return ([split_lines(q)] if q else []), False
+    if isinstance(q, list) and all(isinstance(item, str) for item in q):
+        for item in q:
+            check_text(item, "q")
+        return [split_lines(item) for item in q], True
+    raise bad_request("Invalid request: q must be a string or a list of strings")
+
+
+def parse_text_request(params: dict[str, Any], max_lines: int, default_source: str = "") -> TextRequest:
+    """q, source and target checked for presence and type (the languages are checked against the model later)."""
+    if "q" not in params or params["q"] is None:
+        raise bad_request("Invalid request: missing q parameter")
+    items, is_list = text_items(params["q"])
+    check_line_count(sum(len(item) for item in items), max_lines)
+    source = string_param(params, "source", default_source or None)
+    target = string_param(params, "target")
+    text_format = string_param(params, "format", "text")
+    if text_format != "text":
+        raise bad_request(f"format {text_format} is not supported (text only)")
+    return TextRequest(items, is_list, source, target)
+
+
+def check_languages(source: str, target: str, source_lang: str, target_lang: str) -> None:
+    """LibreTranslate's 400s: ``xx is not supported`` for a language pair the model does not translate."""
+    for asked, ok in ((source, ("auto", source_lang)), (target, (target_lang,))):
+        if asked not in ok:
+            raise bad_request(f"{asked} is not supported (this model translates {source_lang} -> {target_lang})")
+
+
+def languages(source_lang: str, target_lang: str) -> list[dict[str, Any]]:
+    """GET /languages: the model's pair in LibreTranslate's shape."""
+    return [
+        {"code": source_lang, "name": language_name(source_lang), "targets": [target_lang]},
+        {"code": target_lang, "name": language_name(target_lang), "targets": []},
+    ]

@@ -1,0 +1,86 @@
+"""Typed request and response bodies: what the OpenAPI schema (and so its docs page and the fuzz test) shows."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# the largest length-penalty exponent a request may ask for: usual values are 0.6-2, and a large one
+# overflows the penalty's float ((5 + |Y|) / 6) ** alpha (1024 does for a 6-piece hypothesis)
+MAX_ALPHA = 10.0
+
+
+class LibreTranslateRequest(BaseModel):
+    """POST /translate, LibreTranslate's parameters (also accepted as form fields or query parameters)."""
+
+    q: str | list[str] = Field(description="text (one sentence a line) or a list of texts")
+    source: str = Field("auto", description="source language code, or auto")
+    target: str = Field(description="target language code")
+    format: Literal["text"] = "text"
+    api_key: str | None = None
+
+
+class LibreTranslateForm(BaseModel):
+    q: str
+    source: str = "auto"
+    target: str
+    format: Literal["text"] = "text"
+    api_key: str | None = None
+
+
+class DetectedLanguage(BaseModel):
+    confidence: float
+    language: str
+
+
+class LibreTranslateResponse(BaseModel):
+    translatedText: str | list[str]  # noqa: N815  (LibreTranslate's name)
+    detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = None  # noqa: N815  (with source=auto)
+
+
+class ErrorResponse(BaseModel):
+    error: str
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str]
+
+
+class TranslateV1Request(BaseModel):
+    """POST /v1/translate: mt's own API with the decoding options (unset: the server's defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    q: str | list[str] = Field(description="lines: a list, or a string split at line breaks")
+    source: str = "auto"
+    target: str | None = Field(None, description="target language code (default: the model's)")
+    strategy: Literal["beam", "greedy", "sample"] | None = None
+    beam: int | None = Field(None, ge=1)
+    nbest: int | None = Field(None, ge=1)
+    alpha: float | None = Field(None, ge=0, le=MAX_ALPHA)
+    scores: bool = Field(False, description="add each hypothesis' length-penalised log-probability")
+    api_key: str | None = None
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float | None = None
+
+
+class LineTranslation(BaseModel):
+    text: str
+    score: float | None = None
+    nbest: list[Hypothesis] | None = None
+
+
+class TranslateV1Response(BaseModel):
+    translations: list[LineTranslation]
+    settings: dict[str, str | int | float]
+    time_ms: float
+
+
+class Health(BaseModel):
+    status: str

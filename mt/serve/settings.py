@@ -1,0 +1,22 @@
+"""``ServeSettings``: the server's limits and batching knobs (one place for their defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``mt-serve``'s flags set; the app, the worker and the limits read it."""
+
+    # source tokens (incl. EOS) x beam gathered into one decoding batch; None: the decoder's own batch budget
+    # (DecodeConfig.max_tokens), so one gathered batch is about one batch of the decoder
+    max_batch_tokens: int | None = None
+    max_wait_ms: float = 5.0  # how long the worker waits for more requests before decoding a partial batch
+    max_queue: int = 256  # requests waiting for the worker; more are refused with 429
+    max_beam: int = 16  # largest beam a request may ask for
+    max_lines: int = 128  # lines in one request
+    max_body_bytes: int = 1_000_000  # request body size
+    timeout_s: float = 60.0  # a request not answered in this time gets 504
+    api_keys: frozenset[str] = field(default_factory=frozenset)  # empty: no key needed
+    threads: int = 0  # torch threads of the decoding worker (0: every core this process may use)

@@ -1,0 +1,285 @@
+"""``make bench-serve``: mt-serve under load on loopback, against itself without batching and against mt-translate.
+
+    python scripts/bench_serve.py [--ckpt PATH] [--requests 400] [--time-limit 40] [--rounds 2]
+    python scripts/bench_serve.py --soak-minutes 10            # 8 clients for 10 minutes: RSS and errors
+    python scripts/bench_serve.py --smoke --ckpt X --source-file F   # seconds: what the test suite runs
+
+Starts ``mt-serve`` (a subprocess on 127.0.0.1) with a trained Multi30k checkpoint (without ``--ckpt``,
+``make bench``'s ``transformer_small``, trained once if missing) and sends test2016 lines, 1-8 lines a
+request (seeded), from 1, 8 and 64 concurrent clients; each run is bounded by ``--requests`` and
+``--time-limit``. For each it prints sentences/s, requests/s, p50/p95/p99 latency, errors and whether
+every answer equals the offline translation (``Translator.translate`` over the same lines with the same
+settings, i.e. mt-translate's output). Two comparisons, alternated over ``--rounds``: dynamic batching
+against ``--max-batch-tokens 1`` (one request per batch) at 64 clients (goal >= 3x sentences/s), and
+the server at 64 clients against offline decoding of the same lines (goal >= 80% of its sentences/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en.gz"
+START_TIMEOUT_S = 300
+SMOKE = {"requests": 12, "time_limit": 30.0, "rounds": 1, "clients": [1, 4], "batched_clients": 4}
+
+
+@dataclass
+class RunResult:
+    server: str  # dynamic | one-at-a-time
+    clients: int
+    requests: int
+    sentences: int
+    seconds: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    errors: int
+    exact: bool
+
+    @property
+    def sentences_per_s(self) -> float:
+        return self.sentences / self.seconds
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / self.seconds
+
+
+def read_lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def make_requests(lines: list[str], count: int, seed: int) -> list[list[str]]:
+    """``count`` requests of 1-8 consecutive lines, cycling through ``lines``."""
+    rng, out, start = random.Random(seed), [], 0
+    for _ in range(count):
+        size = rng.randint(1, 8)
+        out.append([lines[(start + i) % len(lines)] for i in range(size)])
+        start += size
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``mt-serve`` in a subprocess on a free loopback port; SIGTERM at exit (it drains, then exits 0)."""
+
+    def __init__(self, ckpt: Path, threads: int, extra: list[str]) -> None:
+        self.port = free_port()
+        command = [sys.executable, "-m", "mt.cli.serve", "--ckpt", str(ckpt), "--port", str(self.port),
+                   "--threads", str(threads), "--log-level", "warning", "--max-queue", "1024", *extra]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.log = tempfile.TemporaryFile(mode="w+")  # shown only if the server fails
+        self.process = subprocess.Popen(command, env=env, cwd=REPO, stderr=self.log)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Server:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mt-serve exited with {self.process.returncode}: {self.output()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("mt-serve did not become healthy")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def __exit__(self, *exc) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=START_TIMEOUT_S)
+        if code != 0:
+            raise RuntimeError(f"mt-serve exited with {code} after SIGTERM: {self.output()}")
+        self.log.close()
+
+
+async def load(url: str, requests: list[list[str]], clients: int, time_limit: float, expected: dict[str, str],
+               repeat: bool = False):
+    """Send ``requests`` (again and again with ``repeat``) from ``clients`` concurrent clients until done or
+    ``time_limit``: latencies, errors, exactness, sentences, seconds."""
+    sent = 0
+    latencies, errors, exact, sentences = [], 0, True, 0
+    deadline = time.monotonic() + time_limit
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal errors, exact, sentences, sent
+        while (repeat or sent < len(requests)) and time.monotonic() < deadline:
+            lines = requests[sent % len(requests)]
+            sent += 1
+            start = time.monotonic()
+            try:
+                response = await http.post(f"{url}/translate", json={"q": lines, "source": "en", "target": "de"})
+            except httpx.HTTPError:
+                errors += 1
+                continue
+            latencies.append(time.monotonic() - start)
+            if response.status_code != 200:
+                errors += 1
+                continue
+            sentences += len(lines)
+            exact &= response.json()["translatedText"] == [expected[line] for line in lines]
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=time_limit + 60, limits=limits) as http:
+        start = time.monotonic()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        seconds = time.monotonic() - start
+    return latencies, errors, exact, sentences, seconds
+
+
+def run_load(server: Server, name: str, requests, clients: int, time_limit: float, expected,
+             repeat: bool = False) -> RunResult:
+    latencies, errors, exact, sentences, seconds = asyncio.run(
+        load(server.url, requests, clients, time_limit, expected, repeat)
+    )
+    result = RunResult(name, clients, len(latencies), sentences, seconds, percentile(latencies, 0.5),
+                       percentile(latencies, 0.95), percentile(latencies, 0.99), errors, exact)
+    print(f"  {name:>14} {clients:>3} clients: {result.sentences_per_s:7.1f} sent/s {result.requests_per_s:6.1f} req/s"
+          f"  p50 {result.p50_ms:7.1f}  p95 {result.p95_ms:7.1f}  p99 {result.p99_ms:7.1f} ms  errors {errors}"
+          f"  exact {exact}  ({len(latencies)} requests in {seconds:.1f} s)", flush=True)
+    return result
+
+
+def offline(ckpt: Path, lines: list[str], threads: int) -> tuple[dict[str, str], float]:
+    """mt-translate's translations of ``lines`` (its loading and Translator, in a subprocess) and its sentences/s.
+
+    ``lines`` are all the requests' lines in order (repeats included), so both sides decode the same work."""
+    code = (
+        "import json, sys, time\n"
+        "from mt.cli.translate import load_translator, parse_args\n"
+        f"args = parse_args(['--ckpt', {str(ckpt)!r}, '--threads', '{threads}'])\n"
+        "translator, _, _ = load_translator(args)\n"
+        "lines = json.load(sys.stdin)\n"
+        "translator.translate(lines[:8])\n"  # warm-up, as the server's
+        "start = time.monotonic(); out = translator.translate(lines); seconds = time.monotonic() - start\n"
+        "json.dump({'out': out, 'seconds': seconds}, sys.stdout)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], input=json.dumps(lines), capture_output=True, text=True,
+                          check=True, env=env, cwd=REPO)
+    result = json.loads(done.stdout)
+    print(f"  {'offline':>14}            : {len(lines) / result['seconds']:7.1f} sent/s  ({len(lines)} lines in "
+          f"{result['seconds']:.1f} s)", flush=True)
+    return dict(zip(lines, result["out"], strict=True)), len(lines) / result["seconds"]
+
+
+def default_checkpoint() -> Path:
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench import train_decode_checkpoint
+
+    return train_decode_checkpoint(str(DEFAULT_DATA.parent))
+
+
+def soak(args, ckpt: Path, requests, expected) -> dict:
+    """8 clients for ``--soak-minutes``: the server's RSS at start and end, errors, exactness."""
+    with Server(ckpt, args.threads, []) as server:
+        start_rss = server.rss_mib()
+        result = run_load(server, "soak", requests, 8, args.soak_minutes * 60, expected, repeat=True)
+        end_rss = server.rss_mib()
+    print(f"soak: RSS {start_rss:.0f} MiB at start, {end_rss:.0f} MiB at end; errors {result.errors}; "
+          f"exact {result.exact}", flush=True)
+    return {"rss_start_mib": start_rss, "rss_end_mib": end_rss, **asdict(result)}
+
+
+def compare(args, ckpt: Path, requests, lines) -> tuple[dict, dict[str, str]]:
+    """Alternated rounds: dynamic batching at every client count, one request per batch, offline.
+
+    Returns the figures and the offline translations."""
+    rows: list[RunResult] = []
+    offline_rates = []
+    expected: dict[str, str] = {}
+    for round_ in range(1, args.rounds + 1):
+        print(f"round {round_}/{args.rounds}", flush=True)
+        expected, rate = offline(ckpt, lines, args.threads)
+        offline_rates.append(rate)
+        with Server(ckpt, args.threads, []) as server:
+            rows += [run_load(server, "dynamic", requests, c, args.time_limit, expected) for c in args.clients]
+        with Server(ckpt, args.threads, ["--max-batch-tokens", "1"]) as server:
+            rows.append(run_load(server, "one-at-a-time", requests, args.batched_clients, args.time_limit, expected))
+
+    def median_rate(name: str, clients: int) -> float:
+        return statistics.median(r.sentences_per_s for r in rows if r.server == name and r.clients == clients)
+
+    top = args.batched_clients
+    dynamic, single, off = median_rate("dynamic", top), median_rate("one-at-a-time", top), statistics.median(
+        offline_rates)
+    errors, exact = sum(r.errors for r in rows), all(r.exact for r in rows)
+    print(f"\nmedians over {args.rounds} round(s) at {top} clients: dynamic {dynamic:.1f} sent/s, one request per "
+          f"batch {single:.1f} sent/s -> {dynamic / single:.2f}x (goal >= 3x); offline {off:.1f} sent/s -> "
+          f"server {dynamic / off:.0%} of offline (goal >= 80%); errors {errors}; every answer exact: {exact}")
+    return {"runs": [asdict(r) | {"sentences_per_s": r.sentences_per_s, "requests_per_s": r.requests_per_s}
+                     for r in rows],
+            "offline_sentences_per_s": offline_rates, "speedup_vs_one_at_a_time": dynamic / single,
+            "fraction_of_offline": dynamic / off, "errors": errors, "exact": exact}, expected
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ckpt", type=Path, help="trained Multi30k checkpoint (default: make bench's, trained if missing)")
+    p.add_argument("--source-file", type=Path, default=DEFAULT_DATA, help="source lines (plain or .gz)")
+    p.add_argument("--requests", type=int, default=400, help="requests per run at most")
+    p.add_argument("--time-limit", type=float, default=40.0, help="seconds per run at most")
+    p.add_argument("--rounds", type=int, default=2, help="alternated rounds of the comparisons")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument("--batched-clients", type=int, default=64, help="client count of the two comparisons")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
+    p.add_argument("--soak-minutes", type=float, default=0.0, help="then a soak run at 8 clients this long")
+    p.add_argument("--smoke", action="store_true", help="a few seconds' run with tiny counts (the test suite's)")
+    p.add_argument("--json-out", type=Path, help="write the figures here")
+    args = p.parse_args()
+    if args.smoke:
+        for key, value in SMOKE.items():
+            setattr(args, key, value)
+    ckpt = args.ckpt if args.ckpt is not None else default_checkpoint()
+    requests = make_requests(read_lines(args.source_file), args.requests, seed=0)
+    lines = [line for r in requests for line in r]  # offline decodes what the server gets, in one call
+    report, expected = compare(args, ckpt, requests, lines)
+    if args.soak_minutes > 0:
+        report["soak"] = soak(args, ckpt, requests, expected)
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(report, indent=2))
+    if report["errors"] or not report["exact"] or report.get("soak", {}).get("errors"):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

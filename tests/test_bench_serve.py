@@ -1,0 +1,32 @@
+"""scripts/bench_serve.py --smoke: the load test runs end to end, answers are exact, errors 0, figures written.
+
+(The soak mode starts one more server, ~10 s; it is left to ``make bench-serve ARGS='--soak-minutes N'``.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from export_helpers import demo_model
+from helpers import SCRIPTS
+
+
+@pytest.mark.slow
+def test_bench_serve_smoke(tmp_path_factory, tmp_path):
+    demo = demo_model(tmp_path_factory.getbasetemp() / "export_demo")
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(demo.sources[:40]) + "\n", encoding="utf-8")
+    out = tmp_path / "bench.json"
+    command = [sys.executable, str(SCRIPTS / "bench_serve.py"), "--smoke", "--ckpt", str(demo.ckpt),
+               "--source-file", str(source), "--threads", "1", "--json-out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert report["errors"] == 0 and report["exact"] is True
+    assert {(r["server"], r["clients"]) for r in report["runs"]} == {("dynamic", 1), ("dynamic", 4),
+                                                                     ("one-at-a-time", 4)}
+    assert all(r["requests"] == 12 and r["sentences_per_s"] > 0 for r in report["runs"])
+    assert "medians over 1 round(s) at 4 clients" in done.stdout

@@ -1,0 +1,60 @@
+"""mt-serve's command line: bad flags and files are one clear line and an exit status, before anything serves."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from export_helpers import untrained_checkpoint
+
+from mt.cli.serve import main
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return untrained_checkpoint(tmp_path_factory.mktemp("serve_cli") / "untrained.pt")
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    """(exit status, stderr) of ``mt-serve ARGV`` run in this process."""
+    status = main(list(argv))
+    return status, capsys.readouterr().err.strip()
+
+
+def test_a_missing_checkpoint_is_one_line(capsys, tmp_path):
+    status, err = run(capsys, "--ckpt", str(tmp_path / "none.pt"), "--port", "0")
+    assert status == 1 and err == f"mt-serve: error: checkpoint not found: {tmp_path / 'none.pt'}"
+
+
+def test_ckpt_and_ct2_together_are_a_usage_error(capsys, ckpt, tmp_path):
+    status, err = run(capsys, "--ckpt", str(ckpt), "--ct2", str(tmp_path), "--port", "0")
+    assert status == 2 and err == "mt-serve: error: give --ckpt or --ct2, not both"
+
+
+def test_a_ct2_directory_without_a_model_is_named(capsys, tmp_path):
+    status, err = run(capsys, "--ct2", str(tmp_path), "--port", "0")
+    assert status == 1 and "no model.bin" in err and str(tmp_path) in err
+
+
+def test_api_keys_file_missing_or_empty(capsys, ckpt, tmp_path):
+    status, err = run(capsys, "--ckpt", str(ckpt), "--api-keys", str(tmp_path / "keys.txt"), "--port", "0")
+    assert status == 1 and "keys.txt" in err and "No such file" in err
+    (tmp_path / "keys.txt").write_text("# no key yet\n\n")
+    status, err = run(capsys, "--ckpt", str(ckpt), "--api-keys", str(tmp_path / "keys.txt"), "--port", "0")
+    assert status == 1 and err.endswith("no key in the file (one key a line)")
+
+
+def test_a_port_in_use_is_named(capsys, ckpt):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status, err = run(capsys, "--ckpt", str(ckpt), "--port", str(port))
+    assert status == 1 and err.startswith(f"mt-serve: error: cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_a_bad_number_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:  # argparse
+        main(["--max-batch-tokens", "0"])
+    assert exit_.value.code == 2
+    assert "--max-batch-tokens: must be in [1, inf], got 0" in capsys.readouterr().err

@@ -1,0 +1,66 @@
+"""mt-serve --ct2: a CTranslate2 export behind the same API, answers equal to the export's own offline use."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from export_helpers import demo_model
+from serve_helpers import reference, serving, torch_engine
+
+from mt.cli.export import main as export_main
+from mt.errors import UserError
+from mt.serve.ct2_engine import Ct2Engine
+from mt.serve.engine import Options
+from mt.serve.settings import ServeSettings
+
+REQUESTS = 12
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return demo_model(tmp_path_factory.getbasetemp() / "export_demo")
+
+
+@pytest.fixture(scope="module")
+def engine(demo, tmp_path_factory):
+    out = tmp_path_factory.mktemp("serve_ct2") / "ct2"
+    assert export_main(["--to", "ctranslate2", "--ckpt", str(demo.ckpt), "--out", str(out)]) == 0
+    return Ct2Engine.load(out, {}, threads=1, source_lang="en", target_lang="de")
+
+
+def test_the_readme_defaults_are_the_engines(engine):
+    assert (engine.defaults.beam_size, engine.defaults.length_penalty) == (4, "length")
+    assert engine.max_src_len == 255 and engine.max_decoding_length == 255
+
+
+@pytest.mark.parametrize("options", [Options(), Options(strategy="greedy")], ids=["beam", "greedy"])
+def test_concurrent_requests_equal_one_offline_call(demo, engine, options):
+    lines = demo.sources[:REQUESTS * 2]
+    offline = [o.text for o in engine.translate(lines, options)]
+    body = {k: v for k, v in vars(options).items() if v is not None}
+    with serving(engine, ServeSettings(threads=1, max_wait_ms=20)) as (url, _):
+
+        async def send_all():
+            async with httpx.AsyncClient(timeout=60) as client:
+                pairs = [lines[i : i + 2] for i in range(0, len(lines), 2)]
+                return await asyncio.gather(*(client.post(f"{url}/v1/translate", json={"q": p, **body})
+                                              for p in pairs))
+
+        answers = asyncio.run(send_all())
+    assert [t["text"] for a in answers for t in a.json()["translations"]] == offline
+
+
+def test_greedy_equals_mt_translate(demo, engine):
+    lines = demo.sources[:20]
+    mt = torch_engine(demo.ckpt)
+    greedy = Options(strategy="greedy")
+    assert [o.text for o in engine.translate(lines, greedy)] == reference(mt, lines, greedy)
+
+
+def test_gnmt_and_a_missing_model_are_refused_by_name(engine, tmp_path):
+    with pytest.raises(UserError, match="no GNMT length penalty"):
+        Ct2Engine.load(engine.directory, {"length_penalty": "gnmt"}, 1, "en", "de")
+    with pytest.raises(UserError, match="no model.bin"):
+        Ct2Engine.load(tmp_path, {}, 1, "en", "de")

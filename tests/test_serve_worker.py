@@ -1,0 +1,106 @@
+"""The batching worker alone (a recording fake engine, no HTTP): which queued jobs are decoded together."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from mt.serve.batching import BatchFailed, BatchingWorker, Job, QueueFull
+from mt.serve.engine import Options, Output
+
+WAIT_S = 30
+
+
+class Recorder:
+    """Answers each line upper-cased; records every batch after the warm-up; holds the first one at ``gate``."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[list[str], Options]] = []
+        self.gate, self.busy = threading.Event(), threading.Event()
+        self.calls = 0
+
+    def translate(self, lines, options):
+        self.calls += 1
+        if self.calls > 1:  # not the warm-up
+            self.batches.append((list(lines), options))
+            self.busy.set()
+            self.gate.wait(WAIT_S)
+        if "boom" in lines:
+            raise RuntimeError("boom")
+        return [Output([line.upper()], [0.0], 1, 1) for line in lines]
+
+
+def job(loop, lines, cost, options=Options(), mergeable=True) -> Job:  # noqa: B008  (a frozen dataclass)
+    return Job(lines, options, cost, mergeable, loop, loop.create_future())
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def run_held(loop, engine: Recorder, jobs: list[Job], budget: int) -> list:
+    """Hold the worker on a first job, queue ``jobs``, release it; the results of ``jobs`` (or their errors)."""
+    worker = BatchingWorker(engine, max_batch_tokens=budget, max_wait_s=0.001, max_queue=len(jobs), threads=1)
+    worker.start()
+    assert worker.ready.wait(WAIT_S)
+    holder = job(loop, ["hold"], 1)
+    worker.submit(holder)
+    assert engine.busy.wait(WAIT_S)
+    for j in jobs:
+        worker.submit(j)
+    engine.gate.set()
+    results = loop.run_until_complete(asyncio.wait_for(
+        asyncio.gather(holder.future, *(j.future for j in jobs if not j.future.done()), return_exceptions=True),
+        WAIT_S))
+    worker.stop()
+    return results[1:]
+
+
+def test_jobs_are_gathered_in_order_under_the_budget_and_by_options(loop):
+    engine = Recorder()
+    greedy = Options(strategy="greedy")
+    jobs = [job(loop, ["a"], 4), job(loop, ["b", "c"], 4, greedy), job(loop, ["d"], 4), job(loop, ["e"], 4),
+            job(loop, ["f"], 1)]
+    results = run_held(loop, engine, jobs, budget=8)
+    assert [[o.text for o in r] for r in results] == [["A"], ["B", "C"], ["D"], ["E"], ["F"]]
+    batches = [lines for lines, _ in engine.batches[1:]]
+    # a+d fill the budget; e does not fit, and f may not overtake it; greedy b,c goes alone
+    assert batches == [["a", "d"], ["b", "c"], ["e", "f"]]
+
+
+def test_sampling_jobs_are_never_merged(loop):
+    engine = Recorder()
+    sample = Options(strategy="sample")
+    jobs = [job(loop, ["a"], 1, sample, mergeable=False), job(loop, ["b"], 1, sample, mergeable=False)]
+    run_held(loop, engine, jobs, budget=100)
+    assert [lines for lines, _ in engine.batches[1:]] == [["a"], ["b"]]
+
+
+def test_a_cancelled_job_is_dropped_and_a_failing_batch_fails_only_its_jobs(loop):
+    engine = Recorder()
+    gone, fails, other = job(loop, ["x"], 1), job(loop, ["boom"], 1), job(loop, ["y"], 1, Options(beam=2))
+    gone.future.cancel()
+    results = run_held(loop, engine, [gone, fails, other], budget=100)
+    assert isinstance(results[0], BatchFailed) and str(results[0]) == "RuntimeError: boom"
+    assert [o.text for o in results[1]] == ["Y"]
+    assert [lines for lines, _ in engine.batches[1:]] == [["boom"], ["y"]]
+
+
+def test_a_full_queue_refuses(loop):
+    engine = Recorder()
+    worker = BatchingWorker(engine, max_batch_tokens=10, max_wait_s=0.001, max_queue=1, threads=1)
+    worker.start()
+    assert worker.ready.wait(WAIT_S)
+    worker.submit(job(loop, ["hold"], 1))
+    assert engine.busy.wait(WAIT_S)
+    worker.submit(job(loop, ["queued"], 1))
+    with pytest.raises(QueueFull):
+        worker.submit(job(loop, ["refused"], 1))
+    engine.gate.set()
+    worker.stop()  # decodes the queued job before it returns
+    assert [lines for lines, _ in engine.batches] == [["hold"], ["queued"]]

@@ -24,12 +24,13 @@ def test_the_package_version_is_pyprojects():
 
 
 def _entry_point_mains():
-    from mt.cli import evaluate, export, plots, translate
+    from mt.cli import evaluate, export, plots, serve, translate
 
-    return {"mt-translate": translate.main, "mt-eval": evaluate.main, "mt-export": export.main, "mt-plots": plots.main}
+    return {"mt-translate": translate.main, "mt-eval": evaluate.main, "mt-export": export.main, "mt-plots": plots.main,
+            "mt-serve": serve.main}
 
 
-@pytest.mark.parametrize("prog", ["mt-translate", "mt-eval", "mt-export", "mt-plots"])
+@pytest.mark.parametrize("prog", ["mt-translate", "mt-eval", "mt-export", "mt-plots", "mt-serve"])
 def test_argparse_entry_points_print_the_version(prog, capsys):
     with pytest.raises(SystemExit) as stop:
         _entry_point_mains()[prog](["--version"])

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mt.cli.errors import UsageError, run_command
-from mt.cli.flags import DECODE_FLAGS, add_decode_args, add_model_args, ranged
+from mt.cli.flags import DECODE_FLAGS, add_decode_args, add_model_args, add_version_flag, ranged
 from mt.errors import UserError
 from mt.serve.settings import ServeSettings
 
@@ -143,6 +143,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mt-serve", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
+    add_version_flag(parser)
     add_model_args(parser)
     add_serve_args(parser)
     add_decode_args(parser)

@@ -21,7 +21,7 @@ OUT ?=
 QUANT ?=
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
-.PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-bf16 bench-curves ablate plots average lint clean help
+.PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
@@ -77,6 +77,9 @@ bench: $(STAMP)
 
 bench-peers: $(STAMP)
 	$(BIN)/python scripts/bench_peers.py $(ARGS)
+
+bench-decode-peers: $(STAMP)
+	$(BIN)/python scripts/bench_decode_peers.py $(ARGS)
 
 bench-scale: $(STAMP)
 	$(BIN)/python scripts/bench_scale.py --pairs $(or $(PAIRS),1000000) --results bench/scale-results.jsonl $(ARGS)

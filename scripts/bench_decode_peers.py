@@ -19,7 +19,7 @@ The decoding twin of ``make bench-peers``. Two models, each decoded by both engi
 2. Refuses to start while another process uses more than half a core (``--force`` overrides).
 3. For each of ``--pairs`` pairs and each model: mt, then CTranslate2, each in its own fresh process
    (CTranslate2's never imports torch; it checks), ``--threads`` threads (``torch.set_num_threads`` /
-   ``intra_threads``, ``inter_threads=1``, ``OMP_NUM_THREADS``). Each process decodes the first batch once
+   ``intra_threads``, ``inter_threads=1``, ``OMP_NUM_THREADS``). Each process decodes the first 8 lines once
    untimed, then beam ``--beam`` and greedy, timed from text in to text out (SentencePiece encode, batching,
    search, decode) with the wall clock and the CPU clock (``time.process_time``: all threads).
 4. Prints every run (sentences/s, target tokens/s, CPU s), the medians over the pairs, how many of mt's
@@ -55,6 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 MINI_RUN, MINI_UPDATES = "bench_decode_mini", 1000
 SEARCHES = ("beam", "greedy")
 ENGINES = ("mt", "ct2")
+WARMUP_LINES = 8  # decoded once, untimed, by each worker before its timed searches
 BIG_BUDGET = 10**9  # mt's decode.max_tokens: batches are cut by sentence count only, as CTranslate2's
 
 
@@ -88,7 +89,7 @@ def mt_worker(spec: dict) -> dict:
         )
         return Translator(model, tokenizers, decode, "cpu", max_positions=spec["max_positions"])
 
-    translator("beam").translate(lines[: spec["max_sentences"]])  # untimed: first-call set-up
+    translator("beam").translate(lines[:WARMUP_LINES])  # untimed: first-call set-up
     results = {}
     for search in SEARCHES:
         decoder = translator(search)
@@ -123,7 +124,7 @@ def ct2_worker(spec: dict) -> dict:
         )
         return [r.hypotheses[0] for r in out], limits
 
-    translate(lines[: spec["max_sentences"]], spec["beam"])  # untimed: first-call set-up
+    translate(lines[:WARMUP_LINES], spec["beam"])  # untimed: first-call set-up
     results = {}
     for search in SEARCHES:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -194,8 +195,7 @@ def model_specs(args: argparse.Namespace, mini: Path, base: Path) -> dict[str, d
     for name, ckpt in (("mini", mini), ("base", base)):
         cfg = to_config(load_checkpoint(ckpt)["config"])
         ct2_dir = args.work_dir / f"ct2-{name}"
-        if not (ct2_dir / "model.bin").exists():
-            export_ctranslate2(ckpt, ct2_dir, None, force=True)
+        export_ctranslate2(ckpt, ct2_dir, None, force=True)  # every run: the directory may hold another model
         common = dict(ckpt=str(ckpt), model=str(ct2_dir), input=str(args.input), threads=args.threads,
                       beam=args.beam, max_sentences=args.max_sentences, max_positions=cfg.model.max_positions,
                       alpha=search_defaults(cfg).length_penalty)

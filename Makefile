@@ -23,7 +23,7 @@ PORT ?= 5000
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
-.PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-bf16 bench-curves ablate plots average lint clean help
+.PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
 .PHONY: serve bench-serve
 
 help:
@@ -88,6 +88,9 @@ bench: $(STAMP)
 
 bench-peers: $(STAMP)
 	$(BIN)/python scripts/bench_peers.py $(ARGS)
+
+bench-decode-peers: $(STAMP)
+	$(BIN)/python scripts/bench_decode_peers.py $(ARGS)
 
 bench-scale: $(STAMP)
 	$(BIN)/python scripts/bench_scale.py --pairs $(or $(PAIRS),1000000) --results bench/scale-results.jsonl $(ARGS)

@@ -40,6 +40,8 @@ class BeamCache:
         self.store = DecoderCache(n_layers)  # one row per sentence; slots of its buffers = beams
         self.beams: int | None = None  # decoder rows per sentence now (1 or K); None before the first call
         self.slots: Tensor | None = None  # (rows, length) the slot each row reads at each step (beams > 1)
+        self.seen: Tensor | None = None  # (rows, length * beams) the additive mask row of each row's last step
+        self._own: Tensor | None = None  # (rows, beams) the mask block of one new step (``_own_slot``)
 
     @property
     def length(self) -> int:
@@ -78,18 +80,36 @@ class BeamCache:
 
     def _slot_mask(self, rows: int, steps: int, dtype: torch.dtype, device: torch.device) -> Tensor:
         """Give each row's new keys its own slot; the additive self-attention mask of the call,
-        (sentences, 1, g*T, L*g): row r's query at step t sees slot ``slots[r, s]`` of each step s <= t."""
+        (sentences, 1, g*T, L*g): row r's query at step t sees slot ``slots[r, s]`` of each step s <= t.
+
+        One step at a time (T = 1, every step of beam search) the mask is kept, not rebuilt: ``seen``
+        (rows, L*g) holds row r's mask row, and a step appends one (g,) block (0 at the row's own slot)
+        and a reorder selects rows, the same values as building it from ``slots``.
+        """
         g = self.beams
         assert g is not None
         own = (torch.arange(rows, device=device) % g).unsqueeze(1).expand(rows, steps)  # (rows, T)
         self.slots = own if self.slots is None else torch.cat([self.slots, own], dim=1)  # (rows, L)
         length = self.slots.size(1)
+        if steps == 1 and self.seen is not None and self.seen.dtype == dtype:
+            self.seen = torch.cat([self.seen, self._own_slot(rows, dtype, device)], dim=1)  # (rows, L*g)
+            return self.seen.view(rows // g, 1, g, length * g)
         allowed = self.slots.unsqueeze(-1) == torch.arange(g, device=device)  # (rows, L, g)
         allowed = allowed.unsqueeze(1)  # (rows, 1, L, g)
         if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
             allowed = allowed & causal_mask(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
-        allowed = allowed.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
-        return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        self.seen = mask[:, -1].reshape(rows, length * g)  # the last step's row: what the next step extends
+        return mask.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
+
+    def _own_slot(self, rows: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """(rows, g) additive: 0 at each row's own slot (row % g), -inf elsewhere; made once per shape."""
+        if self._own is None or self._own.shape[0] != rows or self._own.dtype != dtype:
+            g = self.beams
+            assert g is not None
+            own = (torch.arange(rows, device=device) % g).unsqueeze(1) == torch.arange(g, device=device)
+            self._own = torch.zeros(own.shape, dtype=dtype, device=device).masked_fill_(~own, float("-inf"))
+        return self._own
 
     def reorder(self, index: Tensor) -> BeamCache:
         """New row j continues old row ``index[j]`` (LongTensor (sentences' x K,)), in place; the K new
@@ -119,5 +139,6 @@ class BeamCache:
                 if old is not None
                 else torch.zeros(index.numel(), self.length, dtype=torch.long, device=index.device)
             )
+            self.seen = None if self.seen is None or old is None else self.seen.index_select(0, index)
         self.beams = k
         return self

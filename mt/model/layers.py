@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mt.model.attention import AttentionCache
@@ -60,6 +61,13 @@ class FeedForward(nn.Module):
             h = h * self.gate(x)
         return self.fc2(self.dropout(h))
 
+    def step(self, x: Tensor) -> Tensor:
+        """``forward`` in inference (no dropout) with the linears as ``F.linear``: the same ops."""
+        h = self.activation(F.linear(x, self.fc1.weight, self.fc1.bias))  # (B, T, hidden)
+        if self.gate is not None:
+            h = h * F.linear(x, self.gate.weight, self.gate.bias)
+        return F.linear(h, self.fc2.weight, self.fc2.bias)
+
 
 class Residual(nn.Module):
     """A residual connection around a sublayer with layer normalization and dropout (section 5.4).
@@ -84,6 +92,11 @@ class Residual(nn.Module):
     def sublayer_input(self, x: Tensor) -> Tensor:
         """What ``forward`` feeds the sublayer (for inspecting it, e.g. attention weights)."""
         return self.norm(x) if self.pre_ln else x
+
+    def close(self, x: Tensor, out: Tensor) -> Tensor:
+        """``forward``'s result from the sublayer's output ``out`` on ``sublayer_input(x)``, in inference
+        (dropout is the identity): decoding steps call the two halves instead of passing a closure."""
+        return x + out if self.pre_ln else self.norm(x + out)
 
 
 class EncoderLayer(nn.Module):
@@ -172,6 +185,17 @@ class DecoderLayer(nn.Module):
         x = self.self_attn_res(x, lambda h: self.self_attn(h, is_causal=True, cache=cache, start=start))
         x = self.cross_attn_res(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, cache=cache))
         return self.ffn_res(x, self.ffn)
+
+    def step(self, x: Tensor, memory: Tensor, cache: AttentionCache, start: int) -> Tensor:
+        """``forward(x, memory, None, cache, start)`` in inference (eval mode): the same ops in the same
+        order, without the per-sublayer module calls and closures, which are a large part of a decoding
+        step of a small model on a CPU."""
+        res = self.self_attn_res
+        x = res.close(x, self.self_attn.step(res.sublayer_input(x), None, cache, start))
+        res = self.cross_attn_res
+        x = res.close(x, self.cross_attn.step(res.sublayer_input(x), memory, cache, start))
+        res = self.ffn_res
+        return res.close(x, self.ffn.step(res.sublayer_input(x)))
 
     def cross_attention_weights(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None) -> Tensor:
         """The encoder-decoder attention weights (B, H, T, S) of this layer for input ``x`` (B, T, D)."""

@@ -1,0 +1,342 @@
+"""``make bench-decode-peers``: decoding speed of mt and CTranslate2 side by side, on the same checkpoints.
+
+    python scripts/bench_decode_peers.py [--ckpt-mini PATH] [--pairs 3] [--n 1000] [--n-base 128]
+                                         [--threads 2] [--force] [--smoke]
+
+The decoding twin of ``make bench-peers``. Two models, each decoded by both engines:
+
+- ``mini``: a trained ``experiment=multi30k_en_de_paper`` checkpoint (the paper's Post-LN model with
+  sinusoids, ``transformer_mini``) on Multi30k test2016 (``--n`` lines). Without ``--ckpt-mini`` the first
+  run trains one (``train.max_updates=1000``, kept in ``runs/bench_decode_mini``, reused after; the run
+  prints how long it took) as ``make bench`` trains ``runs/bench_small``.
+- ``base``: a ``transformer_base`` with random weights (seed 0) and the mini's tokenizer, on the first
+  ``--n-base`` test2016 lines, where every sentence gets exactly ``--base-pieces`` (40) pieces on both sides:
+  EOS is banned before that (mt's ``min_len``, CTranslate2's ``min_decoding_length``) and the limit is that
+  (mt: ``max_len_a=0, max_len_b=40``, then its forced EOS step; CTranslate2: ``max_decoding_length``), so
+  the work is equal and bound by the matrix products.
+
+1. Converts each checkpoint with mt-export (``mt.export.export_ctranslate2``, float32) into ``--work-dir``.
+2. Refuses to start while another process uses more than half a core (``--force`` overrides).
+3. For each of ``--pairs`` pairs and each model: mt, then CTranslate2, each in its own fresh process
+   (CTranslate2's never imports torch; it checks), ``--threads`` threads (``torch.set_num_threads`` /
+   ``intra_threads``, ``inter_threads=1``, ``OMP_NUM_THREADS``). Each process decodes the first 8 lines once
+   untimed, then beam ``--beam`` and greedy, timed from text in to text out (SentencePiece encode, batching,
+   search, decode) with the wall clock and the CPU clock (``time.process_time``: all threads).
+4. Prints every run (sentences/s, target tokens/s, CPU s), the medians over the pairs, how many of mt's
+   mini outputs equal CTranslate2's, and last ``ratio <search> <model>: X.XX`` (mt sentences/s /
+   CTranslate2 float32 sentences/s, medians). Raw rows go to ``--results`` (JSON lines).
+
+The same search on both sides: batches of at most ``--max-sentences`` (64) sentences sorted by source
+length (mt's token budget is lifted so that only the sentence count cuts); beam ``--beam`` with the
+penalty ``|Y|^alpha`` (|Y| counting EOS; alpha: the checkpoint's), ending a sentence once ``beam``
+hypotheses are finished (CTranslate2's rule; mt's ``stopping=fairseq``); greedy. Length limit: mt allows
+``floor(a * |src| + b)`` pieces per sentence, CTranslate2 one ``max_decoding_length`` per call, the largest
+of those over the input (its outputs past a sentence's mt limit are counted, expected 0).
+
+``--smoke`` (the test's): tiny sizes, 1 pair, no busy check, a small random ``base`` model (``--base-model``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_ct2 import read_lines
+from bench_peers import BUSY_PERCENT, busy_processes, git_commit, thread_env
+
+REPO = Path(__file__).resolve().parents[1]
+MINI_RUN, MINI_UPDATES = "bench_decode_mini", 1000
+SEARCHES = ("beam", "greedy")
+ENGINES = ("mt", "ct2")
+WARMUP_LINES = 8  # decoded once, untimed, by each worker before its timed searches
+BIG_BUDGET = 10**9  # mt's decode.max_tokens: batches are cut by sentence count only, as CTranslate2's
+
+
+# ---- the timed workers (one fresh process each) ----------------------------------------------------
+
+
+def limits_of(lengths: list[int], spec: dict) -> list[int]:
+    """mt's per-sentence limit in pieces (``mt.decode.common.max_output_lengths``) for source lengths."""
+    return [min(max(1, math.floor(spec["max_len_a"] * n + spec["max_len_b"])), spec["max_positions"] - 1)
+            for n in lengths]
+
+
+def mt_worker(spec: dict) -> dict:
+    import dataclasses
+
+    import torch
+
+    from mt.checkpoint import load_for_inference
+    from mt.decode import Translator
+
+    torch.set_num_threads(spec["threads"])
+    model, tokenizers, cfg = load_for_inference(spec["ckpt"])
+    lines = read_lines(Path(spec["input"]), spec["n"])
+
+    def translator(search: str) -> Translator:
+        decode = dataclasses.replace(
+            cfg.decode, strategy=search, beam_size=spec["beam"] if search == "beam" else 1, nbest=1,
+            length_penalty="length", alpha=spec["alpha"], stopping="fairseq", min_len=spec["min_len"],
+            max_len_a=spec["max_len_a"], max_len_b=spec["max_len_b"], max_sentences=spec["max_sentences"],
+            max_tokens=BIG_BUDGET,
+        )
+        return Translator(model, tokenizers, decode, "cpu", max_positions=spec["max_positions"])
+
+    translator("beam").translate(lines[:WARMUP_LINES])  # untimed: first-call set-up
+    results = {}
+    for search in SEARCHES:
+        decoder = translator(search)
+        wall, cpu = time.perf_counter(), time.process_time()
+        out = decoder.translate_nbest(lines)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        lengths = [len(t.hypotheses[0].tokens) if t.hypotheses else 0 for t in out]
+        results[search] = run_figures(len(lines), wall, cpu, sum(t.tgt_tokens for t in out), lengths,
+                                      [t.text for t in out])
+    return results
+
+
+def ct2_worker(spec: dict) -> dict:
+    import ctranslate2
+    import sentencepiece as spm
+
+    model = Path(spec["model"])
+    joint = (model / "spm.model").exists()  # else src.model and tgt.model (mt.data.Tokenizers.save)
+    source_sp = spm.SentencePieceProcessor(model_file=str(model / ("spm.model" if joint else "src.model")))
+    target_sp = source_sp if joint else spm.SentencePieceProcessor(model_file=str(model / "tgt.model"))
+    translator = ctranslate2.Translator(str(model), device="cpu", compute_type="float32",
+                                        intra_threads=spec["threads"], inter_threads=1)
+    lines = read_lines(Path(spec["input"]), spec["n"])
+
+    def translate(texts: list[str], beam: int) -> tuple[list[list[str]], list[int]]:
+        sources = [source_sp.encode(line, out_type=str)[: spec["max_positions"] - 1] for line in texts]
+        limits = limits_of([len(s) for s in sources], spec)
+        out = translator.translate_batch(
+            sources, max_batch_size=spec["max_sentences"], batch_type="examples", beam_size=beam,
+            length_penalty=spec["alpha"], max_decoding_length=max(limits), min_decoding_length=spec["min_len"],
+            max_input_length=spec["max_positions"], return_end_token=True,
+        )
+        return [r.hypotheses[0] for r in out], limits
+
+    translate(lines[:WARMUP_LINES], spec["beam"])  # untimed: first-call set-up
+    results = {}
+    for search in SEARCHES:
+        wall, cpu = time.perf_counter(), time.process_time()
+        hyps, limits = translate(lines, spec["beam"] if search == "beam" else 1)
+        texts = [target_sp.decode([p for p in h if p != "</s>"]) for h in hyps]
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        lengths = [len(h) - (h[-1:] == ["</s>"]) for h in hyps]
+        figures = run_figures(len(lines), wall, cpu, sum(len(h) for h in hyps), lengths, texts)
+        results[search] = {**figures, "past_limit": sum(n > limit for n, limit in zip(lengths, limits, strict=True))}
+    if "torch" in sys.modules:
+        raise SystemExit("bench_decode_peers: the CTranslate2 worker imported torch; its timing would not be alone")
+    return results
+
+
+def run_figures(n: int, wall: float, cpu: float, tokens: int, lengths: list[int], texts: list[str]) -> dict:
+    """One timed search: sentences/s, target tokens/s (pieces + EOS where generated), CPU s, outputs."""
+    return {"sentences_per_s": n / wall, "tokens_per_s": tokens / wall, "wall_s": wall, "cpu_s": cpu,
+            "pieces_min": min(lengths), "pieces_max": max(lengths), "pieces_mean": sum(lengths) / n, "texts": texts}
+
+
+# ---- the parent: checkpoints, exports, alternation, report ------------------------------------------
+
+
+def train_mini(data_dir: Path) -> Path:
+    """The mini checkpoint (``experiment=multi30k_en_de_paper``, 1,000 updates), trained once and reused."""
+    run_dir = REPO / "runs" / MINI_RUN
+    path = run_dir / "checkpoints" / f"checkpoint_{MINI_UPDATES}.pt"
+    if path.exists():
+        return path
+    overrides = [
+        "experiment=multi30k_en_de_paper", f"name={MINI_RUN}", f"train.run_dir={run_dir}", f"data.dir={data_dir}",
+        f"train.max_updates={MINI_UPDATES}", "train.max_time_minutes=0", f"train.validate_every={MINI_UPDATES}",
+        f"train.save_every={MINI_UPDATES}", "train.average_last=0", "train.test_at_end=false",
+        "train.valid_bleu=false", "train.progress=false",
+    ]
+    print(f"training the mini checkpoint ({MINI_UPDATES} updates, once; reused from {path} after)", flush=True)
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "mt.train", *overrides], check=True, cwd=REPO)
+    print(f"trained in {(time.monotonic() - t0) / 60:.1f} min", flush=True)
+    return path
+
+
+def random_checkpoint(mini: Path, out: Path, model_name: str, overrides: list[str]) -> Path:
+    """A randomly initialised ``model_name`` (seed 0) with the mini checkpoint's tokenizers, as an mt checkpoint."""
+    import torch
+
+    from mt.checkpoint import load_checkpoint, save_checkpoint, tokenizers_from_state, tokenizers_state
+    from mt.config import compose, to_dict
+    from mt.model import build_model
+
+    tokenizers = tokenizers_from_state(load_checkpoint(mini))
+    cfg = compose(["experiment=multi30k_en_de_paper", f"model={model_name}", *overrides])
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizers.src.padded_vocab_size, tokenizers.tgt.padded_vocab_size)
+    state = {"model": model.state_dict(), "config": to_dict(cfg), "tokenizers": tokenizers_state(tokenizers)}
+    save_checkpoint(out, state)
+    return out
+
+
+def model_specs(args: argparse.Namespace, mini: Path, base: Path) -> dict[str, dict]:
+    """Each model's worker settings (both engines): checkpoint, sentences, penalty, limits."""
+    from mt.checkpoint import load_checkpoint
+    from mt.config import to_config
+    from mt.export import export_ctranslate2
+    from mt.export.common import search_defaults
+
+    specs = {}
+    for name, ckpt in (("mini", mini), ("base", base)):
+        cfg = to_config(load_checkpoint(ckpt)["config"])
+        ct2_dir = args.work_dir / f"ct2-{name}"
+        export_ctranslate2(ckpt, ct2_dir, None, force=True)  # every run: the directory may hold another model
+        common = dict(ckpt=str(ckpt), model=str(ct2_dir), input=str(args.input), threads=args.threads,
+                      beam=args.beam, max_sentences=args.max_sentences, max_positions=cfg.model.max_positions,
+                      alpha=search_defaults(cfg).length_penalty)
+        if name == "mini":
+            specs[name] = dict(common, n=args.n, min_len=cfg.decode.min_len, max_len_a=cfg.decode.max_len_a,
+                               max_len_b=cfg.decode.max_len_b)
+        else:
+            specs[name] = dict(common, n=args.n_base, min_len=args.base_pieces, max_len_a=0.0,
+                               max_len_b=args.base_pieces)
+    return specs
+
+
+def run_worker(engine: str, spec: dict, args: argparse.Namespace) -> dict:
+    """One fresh process of ``engine`` (this script, ``--worker``); its figures."""
+    out = args.work_dir / f"{engine}.json"
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # this checkout's mt
+    env = thread_env(args.threads) | {"PYTHONPATH": pythonpath}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", engine, json.dumps(spec), str(out)]
+    t0, cpu0 = time.monotonic(), os.times()
+    subprocess.run(cmd, env=env, check=True)
+    cpu1 = os.times()
+    result = json.loads(out.read_text(encoding="utf-8"))
+    result["process"] = {"wall_s": time.monotonic() - t0,
+                         "cpu_s": cpu1.children_user + cpu1.children_system - cpu0.children_user - cpu0.children_system}
+    return result
+
+
+def run_line(pair: int, model: str, engine: str, search: str, fig: dict) -> str:
+    extra = f", {fig['past_limit']} past mt's limit" if "past_limit" in fig else ""
+    return (f"pair {pair} {model:4s} {engine:3s} {search:6s}: {fig['sentences_per_s']:8.1f} sentences/s "
+            f"{fig['tokens_per_s']:8.0f} target tok/s  {fig['cpu_s']:6.2f} CPU s in {fig['wall_s']:6.2f} s  "
+            f"(pieces {fig['pieces_min']}-{fig['pieces_max']}, mean {fig['pieces_mean']:.1f}{extra})")
+
+
+def ratio_lines(medians: dict[tuple[str, str, str], float], beam: int, models: list[str]) -> list[str]:
+    """``ratio beam<K> <model>: X.XX`` and ``ratio greedy <model>: X.XX``: mt / CTranslate2 sentences/s."""
+    lines = []
+    for model in models:
+        for search in SEARCHES:
+            label = f"beam{beam}" if search == "beam" else "greedy"
+            lines.append(f"ratio {label} {model}: {medians[model, 'mt', search] / medians[model, 'ct2', search]:.2f}")
+    return lines
+
+
+def same_outputs(runs: list[dict], search: str) -> tuple[int, int]:
+    """How many of mt's outputs equal CTranslate2's (the last pair's runs; the outputs do not vary)."""
+    mt = next(r for r in reversed(runs) if r["engine"] == "mt")["figures"][search]["texts"]
+    ct2 = next(r for r in reversed(runs) if r["engine"] == "ct2")["figures"][search]["texts"]
+    return sum(a == b for a, b in zip(mt, ct2, strict=True)), len(mt)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt-mini", type=Path,
+                   help=f"a trained multi30k_en_de_paper checkpoint (default: train runs/{MINI_RUN} once)")
+    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
+    p.add_argument("--input", type=Path, help="source lines (default: <data-dir>/test_2016_flickr.en.gz)")
+    p.add_argument("--pairs", type=int, default=3, help="mt/CTranslate2 pairs per model (alternated)")
+    p.add_argument("--n", type=int, default=1000, help="sentences of the mini model (the first N of --input)")
+    p.add_argument("--n-base", type=int, default=128, help="sentences of the base model")
+    p.add_argument("--base-pieces", type=int, default=40, help="pieces every base-model output has")
+    p.add_argument("--base-model", default="transformer_base", help="the random model's config (conf/model)")
+    p.add_argument("--base-overrides", nargs="*", default=[], help="overrides of the random model's config")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--max-sentences", type=int, default=64)
+    p.add_argument("--work-dir", type=Path, default=REPO / "runs" / "bench_decode_peers",
+                   help="the random checkpoint, the CTranslate2 models, the workers' results")
+    p.add_argument("--results", type=Path, default=REPO / "bench" / "decode-peers-results.jsonl")
+    p.add_argument("--force", action="store_true", help="start even if other processes are busy")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, 1 pair, no busy check (the test's)")
+    args = p.parse_args()
+    if args.smoke:
+        args.pairs, args.n, args.n_base, args.base_pieces, args.force = 1, min(args.n, 8), min(args.n_base, 4), 5, True
+        if args.base_model == "transformer_base":
+            args.base_model = "transformer_tiny"
+            args.base_overrides = ["model.d_model=32", "model.d_ff=64", "model.encoder_layers=1",
+                                   "model.decoder_layers=1", *args.base_overrides]
+    if args.pairs < 1 or args.n < 1 or args.n_base < 1 or args.base_pieces < 1:
+        p.error("--pairs, --n, --n-base and --base-pieces must be at least 1")
+    args.input = args.input or args.data_dir / "test_2016_flickr.en.gz"
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    busy = [] if args.force else busy_processes()
+    if busy:
+        listing = "\n".join(f"  pid {pid}: {pct:.0f}% CPU  {cmd}" for pid, pct, cmd in busy)
+        raise SystemExit(f"refusing to benchmark: other processes are busy (> {BUSY_PERCENT:.0f}% of a core):\n"
+                         f"{listing}\nwait for them to finish, or pass --force (the figures would then mean little)")
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    mini = args.ckpt_mini or train_mini(args.data_dir)
+    base = random_checkpoint(mini, args.work_dir / "base.pt", args.base_model, args.base_overrides)
+    specs = model_specs(args, mini, base)
+    session = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mt_commit": git_commit(),
+               "threads": args.threads, "beam": args.beam, "max_sentences": args.max_sentences}
+    print(f"{args.pairs} pair(s), {args.threads} threads, beam {args.beam} (|Y|^alpha, fairseq's stop) and greedy, "
+          f"batches of <= {args.max_sentences} sentences; mini: {specs['mini']['n']} lines, alpha "
+          f"{specs['mini']['alpha']}; base ({args.base_model}, random): {specs['base']['n']} lines x "
+          f"{args.base_pieces} pieces", flush=True)
+    runs: list[dict] = []
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    with args.results.open("a") as results:
+        for pair in range(1, args.pairs + 1):
+            for model, spec in specs.items():
+                for engine in ENGINES:
+                    figures = run_worker(engine, spec, args)
+                    runs.append({"pair": pair, "model": model, "engine": engine, "figures": figures})
+                    row = {**session, "pair": pair, "model": model, "engine": engine,
+                           **{s: {k: v for k, v in figures[s].items() if k != "texts"} for s in SEARCHES},
+                           "process": figures["process"]}
+                    results.write(json.dumps(row) + "\n")
+                    results.flush()
+                    for search in SEARCHES:
+                        print(run_line(pair, model, engine, search, figures[search]), flush=True)
+                    process = figures["process"]
+                    print(f"pair {pair} {model:4s} {engine:3s} process: {process['wall_s']:.1f} s wall, "
+                          f"{process['cpu_s']:.1f} s CPU", flush=True)
+    medians = {}
+    print(f"\nmedians over {args.pairs} pair(s):")
+    for model in specs:
+        for engine in ENGINES:
+            for search in SEARCHES:
+                mine = [r["figures"][search] for r in runs if r["model"] == model and r["engine"] == engine]
+                medians[model, engine, search] = statistics.median(f["sentences_per_s"] for f in mine)
+                cpu = statistics.median(f["cpu_s"] for f in mine)
+                print(f"  {model:4s} {engine:3s} {search:6s}: {medians[model, engine, search]:8.1f} sentences/s, "
+                      f"{cpu:6.2f} CPU s")
+    mini_runs = [r for r in runs if r["model"] == "mini"]
+    for search in SEARCHES:
+        same, total = same_outputs(mini_runs, search)
+        print(f"mini {search}: {same}/{total} of mt's outputs equal CTranslate2's")
+    print()
+    print("\n".join(ratio_lines(medians, args.beam, list(specs))))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:  # a timed process: engine, settings (JSON), where to write its figures
+        engine, spec, out = sys.argv[2], json.loads(sys.argv[3]), Path(sys.argv[4])
+        figures = mt_worker(spec) if engine == "mt" else ct2_worker(spec)
+        out.write_text(json.dumps(figures), encoding="utf-8")
+    else:
+        main()

@@ -1,0 +1,69 @@
+"""scripts/bench_decode_peers.py: its pure parts, and a --smoke run end to end (mt and CTranslate2 workers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from export_helpers import untrained_checkpoint
+from helpers import SCRIPTS, load_script
+
+REPO = SCRIPTS.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(SCRIPTS))  # the script imports its siblings bench_ct2 and bench_peers
+    try:
+        yield load_script("bench_decode_peers")
+    finally:
+        sys.path.remove(str(SCRIPTS))
+        for name in ("bench_decode_peers", "bench_ct2", "bench_peers"):
+            sys.modules.pop(name, None)
+
+
+def test_ratio_lines_are_mt_over_ctranslate2_per_model_and_search(bench):
+    medians = {("mini", "mt", "beam"): 300.0, ("mini", "ct2", "beam"): 400.0, ("mini", "mt", "greedy"): 900.0,
+               ("mini", "ct2", "greedy"): 600.0, ("base", "mt", "beam"): 5.0, ("base", "ct2", "beam"): 4.0,
+               ("base", "mt", "greedy"): 20.0, ("base", "ct2", "greedy"): 30.0}
+    assert bench.ratio_lines(medians, 4, ["mini", "base"]) == [
+        "ratio beam4 mini: 0.75", "ratio greedy mini: 1.50", "ratio beam4 base: 1.25", "ratio greedy base: 0.67"]
+
+
+def test_limits_are_mts_per_sentence_limits(bench):
+    spec = {"max_len_a": 1.0, "max_len_b": 50, "max_positions": 64}
+    assert bench.limits_of([0, 3, 20], spec) == [50, 53, 63]  # floor(a * n + b), at most max_positions - 1
+    assert bench.limits_of([7], {"max_len_a": 0.0, "max_len_b": 40, "max_positions": 1024}) == [40]
+
+
+def test_same_outputs_compares_the_last_pair(bench):
+    def run(engine, texts):
+        return {"engine": engine, "figures": {"beam": {"texts": texts}}}
+
+    runs = [run("mt", ["a", "b"]), run("ct2", ["x", "y"]), run("mt", ["a", "b", "c"]), run("ct2", ["a", "z", "c"])]
+    assert bench.same_outputs(runs, "beam") == (2, 3)
+
+
+def test_smoke_run_prints_the_four_ratios_last(tmp_path, multi30k_dir):
+    pytest.importorskip("ctranslate2")
+    ckpt = untrained_checkpoint(tmp_path / "mini.pt", "decode.max_len_a=0", "decode.max_len_b=6")
+    results = tmp_path / "results.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_decode_peers.py"), "--smoke", "--ckpt-mini", str(ckpt),
+         "--work-dir", str(tmp_path / "work"), "--results", str(results), "--data-dir", str(multi30k_dir)],
+        capture_output=True, text=True, env=env, check=True,
+    ).stdout
+    last = out.strip().splitlines()[-4:]
+    assert [line.split(":")[0] for line in last] == [
+        "ratio beam4 mini", "ratio greedy mini", "ratio beam4 base", "ratio greedy base"]
+    assert all(re.fullmatch(r"ratio \w+ \w+: \d+\.\d\d", line) for line in last)
+    assert re.search(r"mini beam: \d+/8 of mt's outputs equal CTranslate2's", out)
+    assert "(pieces 5-5, mean 5.0" in out  # the base model: exactly --base-pieces pieces on both sides
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(r["model"], r["engine"]) for r in rows] == [
+        ("mini", "mt"), ("mini", "ct2"), ("base", "mt"), ("base", "ct2")]

@@ -52,20 +52,22 @@ class DemoModel:
     references: list[str]
 
 
-_TRAINED: dict[Path, DemoModel] = {}
+_TRAINED: dict[tuple[Path, tuple[str, ...]], DemoModel] = {}
 
 
-def demo_model(base: Path) -> DemoModel:
-    """Train the demo model under ``base`` once per session (see the module docstring)."""
-    if base not in _TRAINED:
+def demo_model(base: Path, *overrides: str) -> DemoModel:
+    """Train the demo model (with ``overrides`` of its config) under ``base`` once per session (see the
+    module docstring)."""
+    key = (base, overrides)
+    if key not in _TRAINED:
         from mt.train.loop import train
 
-        cfg = tiny_config(base, *DEMO)
+        cfg = tiny_config(base, *DEMO, *overrides)
         train(cfg)
         pairs = [demo_line(numbers) for numbers in demo_numbers(cfg.data.demo)["test"]]
         ckpt = Path(cfg.train.run_dir) / "checkpoints" / "last.pt"
-        _TRAINED[base] = DemoModel(ckpt, [p[0] for p in pairs], [p[1] for p in pairs])
-    return _TRAINED[base]
+        _TRAINED[key] = DemoModel(ckpt, [p[0] for p in pairs], [p[1] for p in pairs])
+    return _TRAINED[key]
 
 
 def untrained_checkpoint(path: Path, *overrides: str) -> Path:

@@ -23,8 +23,12 @@ from mt.cli.export import main  # noqa: E402
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mt.decode.translator import collate_sources  # noqa: E402
 from mt.export import ExportError, export_ctranslate2  # noqa: E402
+from mt.export.ctranslate2 import build_spec  # noqa: E402
 
 MAX_LEN = 100  # one limit for both (mt: max_len_a=0), never reached by the demo model
+# every option CTranslate2 represents, together (mt's qk-norm it cannot: see the refusal test)
+MODERN = ("model.pre_ln=true", "model.norm=rmsnorm", "model.activation=swiglu", "model.positions=rope",
+          "model.kv_heads=2")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +44,15 @@ def exported(demo, tmp_path_factory):
     assert main([*base, str(out / "f32")]) == 0
     assert main([*base, str(out / "i8"), "--quantization", "int8"]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def modern(tmp_path_factory):
+    """The demo model trained with all of ``MODERN`` and its float32 CTranslate2 directory."""
+    demo = demo_model(tmp_path_factory.getbasetemp() / "export_modern", *MODERN)
+    out = tmp_path_factory.mktemp("ct2_modern") / "f32"
+    assert main(["--to", "ctranslate2", "--ckpt", str(demo.ckpt), "--out", str(out)]) == 0
+    return demo, out
 
 
 def ct2_translate(directory, lines: list[str], **options) -> list[list[int]]:
@@ -92,6 +105,26 @@ def test_beam_with_length_penalty_agrees_on_95_percent(demo, exported):
     assert same >= 0.95 * len(demo.sources)
 
 
+def test_modern_options_greedy_equals_mt_on_300_sentences(modern):
+    """Pre-LN with RMSNorm, SwiGLU, RoPE and grouped-query attention together, trained: greedy is mt's."""
+    demo, out = modern
+    ours, _ = mt_search(demo.ckpt, demo.sources, strategy="greedy", max_len_a=0.0, max_len_b=MAX_LEN)
+    theirs = ct2_translate(out, demo.sources, beam_size=1, max_decoding_length=MAX_LEN)
+    tokens = [h.tokens for h in ours]
+    assert differences_beyond_ties(demo.ckpt, demo.sources, tokens, theirs, "none", 0.0) == []
+    assert sum(a == b for a, b in zip(tokens, theirs, strict=True)) >= 299  # measured: 300/300
+    sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    assert sacrebleu.corpus_bleu([sp.decode(i) for i in theirs], [demo.references]).score > 50  # it translates
+    assert "2 key/value heads), Pre-LN (rmsnorm), swiglu, rope positions" in (out / "README.md").read_text()
+
+
+def test_modern_options_beam_equals_mt_on_99_percent(modern):
+    demo, out = modern
+    ours, _ = mt_search(demo.ckpt, demo.sources, beam_size=4, length_penalty="none", max_len_a=0.0, max_len_b=MAX_LEN)
+    theirs = ct2_translate(out, demo.sources, beam_size=4, length_penalty=0.0, max_decoding_length=MAX_LEN)
+    assert sum(h.tokens == t for h, t in zip(ours, theirs, strict=True)) >= 297  # measured: 300/300
+
+
 def test_int8_is_within_one_bleu_of_float32(demo, exported):
     sp = spm.SentencePieceProcessor(model_file=str(exported / "f32" / "spm.model"))
     bleu = {}
@@ -141,12 +174,22 @@ def mt_log_probs(ckpt, src_ids: list[list[int]], tgt_ids: list[list[int]]) -> li
         ("model.pre_ln=true",),
         ("data.joint_vocab=false", "model.share_all_embeddings=false"),
         ("model.positions=learned", "model.activation=gelu"),
+        ("model.norm=rmsnorm",),
+        ("model.pre_ln=true", "model.norm=rmsnorm"),
+        ("model.activation=swiglu",),
+        ("model.positions=rope",),
+        ("model.kv_heads=2",),
+        ("model.kv_heads=1",),
+        ("model.pre_ln=true", "model.positions=rope"),
+        (*MODERN[:-1], "model.kv_heads=1", "data.joint_vocab=false", "model.share_all_embeddings=false"),
     ],
-    ids=["pre_ln", "separate_vocab", "learned_positions_gelu"],
+    ids=["pre_ln", "separate_vocab", "learned_positions_gelu", "rmsnorm", "pre_ln_rmsnorm", "swiglu", "rope",
+         "gqa", "mqa", "multi30k_preset", "modern_mqa_separate_vocab"],
 )
 def test_variants_score_like_mt(tmp_path, overrides):
-    """Pre-LN (final LayerNorms), separate vocabularies (96-row target embedding: padding rows dropped),
-    learned positions and gelu are exported exactly: per-token log-probs within 1e-4 of mt's."""
+    """Pre-LN (final norms), separate vocabularies (96-row target embedding: padding rows dropped), learned
+    positions, gelu, RMSNorm, SwiGLU, RoPE (no position table), grouped- and multi-query attention, alone
+    and together, are exported exactly: per-token log-probs within 1e-4 of mt's (random weights)."""
     ckpt = untrained_checkpoint(tmp_path / "model.pt", *overrides)
     out = tmp_path / "ct2"
     export_ctranslate2(ckpt, out)
@@ -183,3 +226,21 @@ def test_existing_output_and_unknown_quantization_are_refused(demo, tmp_path, ca
     assert (out / "model.bin").exists()
     assert main(["--to", "ctranslate2", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x")]) == 1
     assert "checkpoint not found" in capsys.readouterr().err
+
+
+def test_qk_norm_is_refused_by_name(tmp_path, capsys):
+    """CTranslate2 normalises cross-attention queries over all heads at once: no export, no directory."""
+    ckpt = untrained_checkpoint(tmp_path / "model.pt", *MODERN, "model.qk_norm=true")
+    assert main(["--to", "ctranslate2", "--ckpt", str(ckpt), "--out", str(tmp_path / "ct2")]) == 1
+    assert "model.qk_norm=true: not supported by the CTranslate2 export" in capsys.readouterr().err
+    assert not (tmp_path / "ct2").exists()
+
+
+def test_norms_with_different_epsilons_are_refused(tmp_path):
+    """CTranslate2 has one layer_norm_epsilon for every norm."""
+    ckpt = untrained_checkpoint(tmp_path / "model.pt", "model.norm=rmsnorm")
+    model, tokenizers, cfg = load_for_inference(ckpt)
+    model.decoder.layers[0].ffn_res.norm.eps = 1e-6
+    vocab = [tokenizers.src.id_to_piece(i) for i in range(tokenizers.src.vocab_size)]
+    with pytest.raises(ExportError, match="norm epsilons"):
+        build_spec(model, cfg.model, vocab, vocab)

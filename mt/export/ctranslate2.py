@@ -2,7 +2,22 @@
 
 The network is copied weight for weight (fused Q|K|V and K|V projections included, mt's positional
 table as the position encodings, embeddings scaled by sqrt(D)), Post-LN or Pre-LN with its final
-LayerNorms. The model's config makes raw SentencePiece pieces work in any CTranslate2 client:
+norms. The modern options of ``mt.model`` map onto CTranslate2's Transformer spec, all but qk-norm:
+
+- ``model.norm=rmsnorm``: ``rms_norm`` (gain only); one epsilon for every norm (``layer_norm_epsilon``,
+  mt's ``NORM_EPS``: a model whose norms disagree on it is refused);
+- ``model.activation=swiglu``: ``ffn_glu`` with the Swish (SiLU) activation on ``linear_0`` (mt's
+  ``fc1``) times ``linear_0_noact`` (mt's ``gate``, the linear half);
+- ``model.positions=rope``: ``rotary_dim=0`` (every head dimension) with ``rotary_interleave=False``
+  (mt's half-split layout) and mt's base, in self-attention only, and no position encodings at all;
+- ``model.kv_heads``: ``num_heads_kv`` (grouped- or multi-query attention in self- and cross-attention;
+  the fused projection is Q|K|V with K and V of ``kv_heads`` heads, mt's ``q`` then ``kv``).
+
+``model.qk_norm=true`` is refused: CTranslate2 (4.8) normalises the encoder-decoder attention's queries
+over the whole D-vector, before splitting heads (its self-attention and keys are per head, as mt's), so
+with more than one head no weight reproduces mt's per-head RMSNorm.
+
+The model's config makes raw SentencePiece pieces work in any CTranslate2 client:
 ``add_source_eos`` (mt's sources are ``pieces + [EOS]``), decoding starts from ``<s>`` (BOS) and ends
 at ``</s>``. What mt never generates is banned in the weights themselves: the embedding's padding rows
 (ids >= the SentencePiece vocabulary) are dropped, and PAD and BOS get a -1e4 output bias.
@@ -16,9 +31,11 @@ greedy outputs are identical, beam search ranks hypotheses of different lengths 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from mt.config import ModelConfig
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -34,10 +51,11 @@ from mt.export.common import (
     search_defaults,
 )
 from mt.export.readme import ct2_readme
-from mt.model import Seq2SeqTransformer, modern_options
+from mt.model import MultiHeadAttention, Seq2SeqTransformer
 
 BAN_LOGIT = -1.0e4  # an output bias that makes a token's probability exactly 0 (exp underflows), fp16-safe
-ACTIVATIONS = {"relu": "RELU", "gelu": "GELU"}  # CTranslate2's GELU is the erf form, as torch's nn.GELU
+# CTranslate2's GELU is the erf form, as torch's nn.GELU; its SWISH is x * sigmoid(x), torch's SiLU
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swiglu": "SWISH"}
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
@@ -50,14 +68,20 @@ def _linear(spec, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         spec.bias = _array(bias)
 
 
-def _norm(spec, ln: torch.nn.LayerNorm) -> None:
-    spec.gamma, spec.beta = _array(ln.weight), _array(ln.bias)
+def _norm(spec, norm: nn.LayerNorm | nn.RMSNorm) -> None:
+    """LayerNorm: gain and shift; RMSNorm: the gain only (CTranslate2's ``rms_norm`` spec has no beta)."""
+    spec.gamma = _array(norm.weight)
+    if isinstance(norm, nn.LayerNorm):
+        spec.beta = _array(norm.bias)
 
 
-def _attention(spec, mha, self_attention: bool) -> None:
-    """CTranslate2 keeps mt's fusions: one Q|K|V linear in self-attention, Q then K|V in cross-attention."""
-    if self_attention:
+def _attention(spec, mha: MultiHeadAttention) -> None:
+    """CTranslate2 keeps mt's fusions: one Q|K|V linear in self-attention (mt's ``qkv``, or ``q`` then
+    ``kv`` with fewer K/V heads), Q then K|V in cross-attention."""
+    if mha.self_attention and mha.fused:
         _linear(spec.linear[0], mha.qkv.weight, mha.qkv.bias)
+    elif mha.self_attention:
+        _linear(spec.linear[0], torch.cat([mha.q.weight, mha.kv.weight]), torch.cat([mha.q.bias, mha.kv.bias]))
     else:
         _linear(spec.linear[0], mha.q.weight, mha.q.bias)
         _linear(spec.linear[1], mha.kv.weight, mha.kv.bias)
@@ -65,37 +89,73 @@ def _attention(spec, mha, self_attention: bool) -> None:
 
 
 def _ffn(spec, layer) -> None:
+    """fc1 carries the activation (``linear_0``); SwiGLU's linear half ``gate`` is ``linear_0_noact``."""
     _norm(spec.layer_norm, layer.ffn_res.norm)
     _linear(spec.linear_0, layer.ffn.fc1.weight, layer.ffn.fc1.bias)
+    if layer.ffn.gate is not None:
+        _linear(spec.linear_0_noact, layer.ffn.gate.weight, layer.ffn.gate.bias)
     _linear(spec.linear_1, layer.ffn.fc2.weight, layer.ffn.fc2.bias)
 
 
 def _inputs(spec, stack, vocab_size: int) -> None:
-    """Token embedding (its first ``vocab_size`` rows), sqrt(D) scaling, position table, Pre-LN final norm."""
+    """Token embedding (its first ``vocab_size`` rows), sqrt(D) scaling, position table, Pre-LN final norm.
+
+    With rotary positions mt adds nothing to the embeddings, and neither may CTranslate2: its encoder
+    spec keeps an optional position table, which is removed (the decoder spec has none then)."""
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     embeddings.weight = _array(stack.embedding.token.weight[:vocab_size])
     spec.scale_embeddings = True
-    spec.position_encodings.encodings = _array(position_table(stack.embedding))
+    if stack.embedding.positions is not None:
+        spec.position_encodings.encodings = _array(position_table(stack.embedding))
+    elif hasattr(spec, "position_encodings"):
+        del spec.position_encodings
     if stack.final_norm is not None:
         _norm(spec.layer_norm, stack.final_norm)
 
 
+def norm_epsilon(model: Seq2SeqTransformer) -> float:
+    """The one epsilon of every norm in ``model``: CTranslate2 has a single ``layer_norm_epsilon``."""
+    found = {m.eps for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))}
+    if len(found) != 1 or None in found:
+        raise ExportError(f"norm epsilons {sorted(map(str, found))}: CTranslate2 takes one epsilon for every norm")
+    return float(found.pop())  # type: ignore[arg-type]
+
+
+def stack_options(model: Seq2SeqTransformer, cfg: ModelConfig) -> dict[str, Any]:
+    """The keyword arguments of CTranslate2's encoder and decoder specs that describe mt's layers."""
+    common_spec = need("ctranslate2.specs.common_spec", "ctranslate2")
+    if cfg.activation not in ACTIVATIONS:
+        raise ExportError(f"model.activation={cfg.activation} has no CTranslate2 equivalent ({', '.join(ACTIVATIONS)})")
+    layer = model.encoder.layers[0]
+    attn = layer.self_attn
+    if attn.q_norm is not None:
+        raise ExportError(
+            "model.qk_norm=true: not supported by the CTranslate2 export (CTranslate2 normalises the "
+            "encoder-decoder attention's queries over all heads at once, mt per head)"
+        )
+    options: dict[str, Any] = dict(
+        pre_norm=cfg.pre_ln,
+        activation=getattr(common_spec.Activation, ACTIVATIONS[cfg.activation]),
+        ffn_glu=layer.ffn.gate is not None,
+        rms_norm=isinstance(layer.ffn_res.norm, nn.RMSNorm),
+        num_heads_kv=attn.kv_heads if attn.kv_heads != attn.heads else None,
+    )
+    if attn.rope is not None:  # rotary_dim=0: every dimension of a head; mt's half-split layout [x1 | x2]
+        options.update(rotary_dim=0, rotary_interleave=False, rotary_base=attn.rope.base)
+    return options
+
+
 def build_spec(model: Seq2SeqTransformer, cfg: ModelConfig, src_pieces: list[str], tgt_pieces: list[str]):
     """The ``TransformerSpec`` of ``model`` with its vocabularies and config (``add_source_eos``, tokens)."""
-    common_spec = need("ctranslate2.specs.common_spec", "ctranslate2")
     transformer_spec = need("ctranslate2.specs.transformer_spec", "ctranslate2")
-    if cfg.activation not in ACTIVATIONS:
-        raise ExportError(f"model.activation={cfg.activation} has no CTranslate2 equivalent (relu, gelu)")
-    unsupported = ", ".join(modern_options(cfg))
-    if unsupported:
-        raise ExportError(f"{unsupported}: not supported by the CTranslate2 export (export a model without it)")
-    layers = (len(model.encoder.layers), len(model.decoder.layers))
-    spec = transformer_spec.TransformerSpec.from_config(
-        layers, cfg.heads, pre_norm=cfg.pre_ln, activation=getattr(common_spec.Activation, ACTIVATIONS[cfg.activation])
+    options, epsilon = stack_options(model, cfg), norm_epsilon(model)
+    spec = transformer_spec.TransformerSpec(
+        transformer_spec.TransformerEncoderSpec(len(model.encoder.layers), cfg.heads, **options),
+        transformer_spec.TransformerDecoderSpec(len(model.decoder.layers), cfg.heads, **options),
     )
     _inputs(spec.encoder, model.encoder, len(src_pieces))
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers, strict=True):
-        _attention(layer_spec.self_attention, layer.self_attn, True)
+        _attention(layer_spec.self_attention, layer.self_attn)
         _norm(layer_spec.self_attention.layer_norm, layer.self_attn_res.norm)
         _ffn(layer_spec.ffn, layer)
     _inputs(spec.decoder, model.decoder, len(tgt_pieces))
@@ -103,9 +163,9 @@ def build_spec(model: Seq2SeqTransformer, cfg: ModelConfig, src_pieces: list[str
     bias[[PAD_ID, BOS_ID]] = BAN_LOGIT
     _linear(spec.decoder.projection, model.decoder.output_weight[: len(tgt_pieces)], bias)
     for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers, strict=True):
-        _attention(layer_spec.self_attention, layer.self_attn, True)
+        _attention(layer_spec.self_attention, layer.self_attn)
         _norm(layer_spec.self_attention.layer_norm, layer.self_attn_res.norm)
-        _attention(layer_spec.attention, layer.cross_attn, False)
+        _attention(layer_spec.attention, layer.cross_attn)
         _norm(layer_spec.attention.layer_norm, layer.cross_attn_res.norm)
         _ffn(layer_spec.ffn, layer)
     spec.register_source_vocabulary(src_pieces)
@@ -116,7 +176,7 @@ def build_spec(model: Seq2SeqTransformer, cfg: ModelConfig, src_pieces: list[str
     spec.config.eos_token = tgt_pieces[EOS_ID]
     spec.config.unk_token = tgt_pieces[UNK_ID]
     spec.config.decoder_start_token = tgt_pieces[BOS_ID]
-    spec.config.layer_norm_epsilon = model.encoder.layers[0].ffn_res.norm.eps
+    spec.config.layer_norm_epsilon = epsilon
     return spec
 
 

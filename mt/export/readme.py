@@ -10,9 +10,11 @@ def _origin(source: ExportSource) -> str:
     vocab = f"joint vocabulary of {tok.src.vocab_size}" if tok.joint else (
         f"vocabularies of {tok.src.vocab_size} (source) and {tok.tgt.vocab_size} (target)"
     )
+    kv_heads = f" ({m.kv_heads} key/value heads)" if m.kv_heads not in (0, m.heads) else ""
     return (
         f"Exported by `mt-export` from `{source.path}`: {m.encoder_layers}+{m.decoder_layers} layers, "
-        f"d_model {m.d_model}, {m.heads} heads, {'Pre' if m.pre_ln else 'Post'}-LN, {m.activation}, "
+        f"d_model {m.d_model}, {m.heads} heads{kv_heads}, {'Pre' if m.pre_ln else 'Post'}-LN ({m.norm}), "
+        f"{m.activation}, "
         f"{m.positions} positions (up to {m.max_positions}), {vocab} "
         f"({source.cfg.data.src_lang} -> {source.cfg.data.tgt_lang})."
     )

@@ -15,8 +15,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+ROPE_BASE = 10000.0  # the paper's base period; exporters pass it on (CTranslate2's rotary_base)
 
-def rope_angles(positions: Tensor, head_dim: int, base: float = 10000.0) -> Tensor:
+
+def rope_angles(positions: Tensor, head_dim: int, base: float = ROPE_BASE) -> Tensor:
     """Angles (len, Dh/2) of ``positions`` (len,), in float32."""
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
     return positions.to(torch.float32)[:, None] * inv_freq[None, :]
@@ -29,12 +31,12 @@ class RotaryEmbedding(nn.Module):
     computed on the fly, so, like the sinusoidal encodings, there is no hard length limit.
     """
 
-    def __init__(self, head_dim: int, max_positions: int) -> None:
+    def __init__(self, head_dim: int, max_positions: int, base: float = ROPE_BASE) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"rotary position embeddings need an even head dimension, got {head_dim}")
-        self.head_dim = head_dim
-        angles = rope_angles(torch.arange(max_positions), head_dim)  # (P, Dh/2)
+        self.head_dim, self.base = head_dim, base
+        angles = rope_angles(torch.arange(max_positions), head_dim, base)  # (P, Dh/2)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
@@ -44,7 +46,7 @@ class RotaryEmbedding(nn.Module):
         sin: Tensor = self.sin  # type: ignore[assignment]
         if start + length <= cos.size(0):
             return cos[start : start + length], sin[start : start + length]
-        angles = rope_angles(torch.arange(start, start + length, device=cos.device), self.head_dim)
+        angles = rope_angles(torch.arange(start, start + length, device=cos.device), self.head_dim, self.base)
         return angles.cos(), angles.sin()
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:

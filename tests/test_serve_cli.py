@@ -58,3 +58,20 @@ def test_a_bad_number_is_a_usage_error(capsys):
         main(["--max-batch-tokens", "0"])
     assert exit_.value.code == 2
     assert "--max-batch-tokens: must be in [1, inf], got 0" in capsys.readouterr().err
+
+
+def test_the_main_thread_loads_the_model_on_one_torch_thread(ckpt):
+    """Regression: a main thread that ran 2-thread torch work left its OpenMP team behind, and the decoding
+    worker's team shared the 2 cores with it (mt-serve decoded at half of mt-translate's speed)."""
+    import torch
+
+    from mt.cli.serve import load_engine, parse_args
+    from mt.serve.engine import Options
+
+    torch.set_num_threads(2)
+    try:
+        engine = load_engine(parse_args(["--ckpt", str(ckpt), "--threads", "2"]))
+        assert torch.get_num_threads() == 1
+        assert len(engine.translate(["one"], Options())) == 1
+    finally:
+        torch.set_num_threads(1)

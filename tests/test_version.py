@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from export_helpers import untrained_checkpoint
 
 from mt import __version__
 from mt.checkpoint import CheckpointError, load_checkpoint, load_for_inference, save_checkpoint, version_tuple
-from tests.export_helpers import untrained_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -85,7 +85,10 @@ def load_engine(args: argparse.Namespace):
     from mt.cli.translate import load_translator
     from mt.serve.engine import TorchEngine
 
-    translator, cfg, path = load_translator(args)
+    # The main thread loads the model on one torch thread: a thread that ran a parallel (OpenMP) region
+    # leaves its thread team behind, and the decoding worker's own team then shares the cores with it
+    # (2x slower decoding on 2 cores, measured). The worker sets its --threads itself.
+    translator, cfg, path = load_translator(argparse.Namespace(**{**vars(args), "threads": 1}))
     source, target = args.source_lang or cfg.data.src_lang, args.target_lang or cfg.data.tgt_lang
     print(f"mt-serve: decoding defaults {translator.cfg}", file=sys.stderr)
     return TorchEngine(translator, source, target, f"{path} on {translator.device}")

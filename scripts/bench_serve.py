@@ -261,7 +261,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2, help="alternated rounds of the comparisons")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
     p.add_argument("--batched-clients", type=int, default=64, help="client count of the two comparisons")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
+    p.add_argument("--threads", type=int, default=0, help="decoding threads (0: each command's default)")
     p.add_argument("--soak-minutes", type=float, default=0.0, help="then a soak run at 8 clients this long")
     p.add_argument("--smoke", action="store_true", help="a few seconds' run with tiny counts (the test suite's)")
     p.add_argument("--json-out", type=Path, help="write the figures here")

@@ -17,6 +17,7 @@ import argparse
 import importlib.util
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,33 +30,31 @@ def run(script: str, *args: str) -> None:
     subprocess.run([sys.executable, str(REPO / "scripts" / script), *args], check=True)
 
 
-def train_decode_checkpoint(data_dir: str) -> Path:
-    """Train the ``transformer_small`` that the decoding benchmark runs (once; reused after)."""
-    run_dir = REPO / "runs" / DECODE_RUN
-    path = run_dir / "checkpoints" / f"checkpoint_{DECODE_UPDATES}.pt"
+def train_once(name: str, updates: int, data_dir: str | Path, overrides: list[str], label: str) -> Path:
+    """``runs/<name>/checkpoints/checkpoint_<updates>.pt`` of the paper's Multi30k model with ``overrides``,
+    trained the first time and reused after (the benchmarks' checkpoints)."""
+    run_dir = REPO / "runs" / name
+    path = run_dir / "checkpoints" / f"checkpoint_{updates}.pt"
     if path.exists():
         return path
-    overrides = [
+    command = [
         "experiment=multi30k_en_de_paper",  # the paper's model, as the other benchmarks and fairseq
-        f"name={DECODE_RUN}",
-        f"train.run_dir={run_dir}",
-        f"data.dir={data_dir}",
-        "data.pad_to_multiple=8",
-        "model=transformer_small",
-        "model.dropout=0.3",
-        "optim.lr=0.001",
-        "optim.warmup_updates=1000",
-        f"train.max_updates={DECODE_UPDATES}",
-        "train.max_time_minutes=0",
-        "train.validate_every=400",
-        "train.save_every=400",
-        "train.average_last=0",
-        "train.test_at_end=false",
-        "train.progress=false",
+        f"name={name}", f"train.run_dir={run_dir}", f"data.dir={data_dir}", f"train.max_updates={updates}",
+        "train.max_time_minutes=0", "train.average_last=0", "train.test_at_end=false", "train.progress=false",
+        *overrides,
     ]
-    print(f"\n=== training the decoding benchmark's transformer_small ({DECODE_UPDATES} updates, once)", flush=True)
-    subprocess.run([sys.executable, "-m", "mt.train", *overrides], check=True, cwd=REPO)
+    print(f"\n=== training {label} ({updates} updates, once; reused from {path} after)", flush=True)
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "mt.train", *command], check=True, cwd=REPO)
+    print(f"trained in {(time.monotonic() - t0) / 60:.1f} min", flush=True)
     return path
+
+
+def train_decode_checkpoint(data_dir: str) -> Path:
+    """Train the ``transformer_small`` that the decoding benchmark runs (once; reused after)."""
+    overrides = ["data.pad_to_multiple=8", "model=transformer_small", "model.dropout=0.3", "optim.lr=0.001",
+                 "optim.warmup_updates=1000", "train.validate_every=400", "train.save_every=400"]
+    return train_once(DECODE_RUN, DECODE_UPDATES, data_dir, overrides, "the decoding benchmark's transformer_small")
 
 
 def main() -> None:

@@ -150,21 +150,10 @@ def run_figures(n: int, wall: float, cpu: float, tokens: int, lengths: list[int]
 
 def train_mini(data_dir: Path) -> Path:
     """The mini checkpoint (``experiment=multi30k_en_de_paper``, 1,000 updates), trained once and reused."""
-    run_dir = REPO / "runs" / MINI_RUN
-    path = run_dir / "checkpoints" / f"checkpoint_{MINI_UPDATES}.pt"
-    if path.exists():
-        return path
-    overrides = [
-        "experiment=multi30k_en_de_paper", f"name={MINI_RUN}", f"train.run_dir={run_dir}", f"data.dir={data_dir}",
-        f"train.max_updates={MINI_UPDATES}", "train.max_time_minutes=0", f"train.validate_every={MINI_UPDATES}",
-        f"train.save_every={MINI_UPDATES}", "train.average_last=0", "train.test_at_end=false",
-        "train.valid_bleu=false", "train.progress=false",
-    ]
-    print(f"training the mini checkpoint ({MINI_UPDATES} updates, once; reused from {path} after)", flush=True)
-    t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "mt.train", *overrides], check=True, cwd=REPO)
-    print(f"trained in {(time.monotonic() - t0) / 60:.1f} min", flush=True)
-    return path
+    from bench import train_once  # scripts/ is on sys.path when a script runs
+
+    overrides = [f"train.validate_every={MINI_UPDATES}", f"train.save_every={MINI_UPDATES}", "train.valid_bleu=false"]
+    return train_once(MINI_RUN, MINI_UPDATES, data_dir, overrides, "the mini checkpoint")
 
 
 def random_checkpoint(mini: Path, out: Path, model_name: str, overrides: list[str]) -> Path:

@@ -60,6 +60,10 @@ class DataConfig:
     format: str = "parallel"  # for source=files: parallel | tsv | jsonl
     src_lang: str = "en"
     tgt_lang: str = "de"
+    # several directions in one model, e.g. [en-de,en-fr,en-cs] (overrides src_lang/tgt_lang); with more
+    # than one target language each source starts with a target tag (>>de<<); see mt.data.languages
+    pairs: Any = field(default_factory=list)
+    pair_temperature: float = 1.0  # pair sampling probability ~ size^(1/T): 1 = by size, large = uniform
     # one prefix or a list, read in order as one split: [europarl,commoncrawl,news_commentary]
     # (Any: OmegaConf rejects a str for a list field and cannot type a str | list union)
     train_prefix: Any = "train"

@@ -89,6 +89,12 @@ RULES: dict[str, list[Rule]] = {
         positive("tokenizer_sample_size", "sentences fed to tokenizer training"),
         positive("max_len", "pieces per side; longer training pairs are dropped"),
         at_least("max_len_ratio", 1, "longer side / shorter side; pairs above it are dropped"),
+        Rule(
+            "pairs",
+            lambda v, g: isinstance(v, (list, tuple)) and all(isinstance(p, str) for p in v),
+            "must be a list of language pairs, e.g. [en-de,en-fr,en-cs] ([] = src_lang-tgt_lang)",
+        ),
+        positive("pair_temperature", "pair sampling probability ~ size^(1/T)"),
         fraction("subword_sampling", "BPE-dropout probability of training batches; 0 = off"),
         positive("max_tokens", "tokens per batch"),
         at_least("pad_to_multiple", 1, "1 = no padding to a multiple"),

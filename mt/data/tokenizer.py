@@ -88,6 +88,11 @@ class Tokenizer:
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(i)
 
+    def piece_id(self, piece: str) -> int | None:
+        """The id of the whole piece ``piece`` (e.g. a tag ``>>fr<<``), or None when the model lacks it."""
+        i = self._sp.piece_to_id(piece)
+        return i if self._sp.id_to_piece(i) == piece else None
+
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size})"
 
@@ -133,8 +138,12 @@ def train_tokenizer(
     sample_size: int = 2_000_000,
     seed: int = 1,
     name: str = "joint",
+    user_symbols: Sequence[str] = (),
 ) -> Tokenizer:
-    """Train a BPE model on ``sentences`` in memory; ``DataError`` if the data cannot fill ``vocab_size``."""
+    """Train a BPE model on ``sentences`` in memory; ``DataError`` if the data cannot fill ``vocab_size``.
+
+    ``user_symbols`` (e.g. target tags ``>>fr<<``) become pieces of their own that encoding never splits.
+    """
     spm.set_random_generator_seed(seed)  # the sentence sample is drawn with SentencePiece's own RNG
     model = io.BytesIO()
     try:
@@ -159,6 +168,7 @@ def train_tokenizer(
             shuffle_input_sentence=True,
             num_threads=2,
             minloglevel=2,  # errors only: no training log spam
+            user_defined_symbols=list(user_symbols),
         )
     except RuntimeError as e:
         found = re.search(r"Vocabulary size too high.*", str(e))

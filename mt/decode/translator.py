@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from mt.config import DecodeConfig
 from mt.data import batch_by_tokens
+from mt.data.languages import LanguageError, lang_tag
 from mt.decode.common import EOS_ID, PAD_ID, Hypothesis
 from mt.decode.length_penalty import check_penalty
 from mt.decode.search import check_strategy, rows_per_sentence, search
@@ -91,13 +92,18 @@ class Translator:
             max_src_len = max_positions - 1  # the source's EOS takes a position too
         self.max_src_len = max_src_len
 
-    def translate(self, lines: Sequence[str], progress: bool = False) -> list[str]:
-        """The best translation of every line, in input order (empty line -> empty line)."""
-        return [t.text for t in self.translate_nbest(lines, progress)]
+    def translate(self, lines: Sequence[str], progress: bool = False, target_lang: str | None = None) -> list[str]:
+        """The best translation of every line, in input order (empty line -> empty line).
 
-    def translate_nbest(self, lines: Sequence[str], progress: bool = False) -> list[Translation]:
+        ``target_lang`` (a multilingual model's target, e.g. ``fr``) puts its tag before every source.
+        """
+        return [t.text for t in self.translate_nbest(lines, progress, target_lang)]
+
+    def translate_nbest(
+        self, lines: Sequence[str], progress: bool = False, target_lang: str | None = None
+    ) -> list[Translation]:
         """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line."""
-        sources = self.encode_lines(lines)
+        sources = self.encode_lines(lines, target_lang)
         results = [Translation([], [], 0) for _ in lines]
         todo = [i for i, ids in enumerate(sources) if ids]
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
@@ -135,11 +141,24 @@ class Translator:
             for ids, hyps in zip(batch_sources, nbests, strict=True)
         ]
 
-    def encode_lines(self, lines: Sequence[str]) -> list[list[int]]:
-        """Source pieces per line ([] for an empty line), too-long ones truncated or rejected."""
+    def target_tag(self, target_lang: str | None) -> list[int]:
+        """``[id of >>lang<<]`` for a multilingual model's target language, ``[]`` for None."""
+        if target_lang is None:
+            return []
+        tag = self.tokenizers.src.piece_id(lang_tag(target_lang))
+        if tag is None:
+            raise LanguageError(f"this model has no target-language tag {lang_tag(target_lang)}")
+        return [tag]
+
+    def encode_lines(self, lines: Sequence[str], target_lang: str | None = None) -> list[list[int]]:
+        """Source pieces per line ([] for an empty line), too-long ones truncated or rejected.
+
+        With ``target_lang`` each non-empty line starts with that language's tag (counted in the length).
+        """
+        tag = self.target_tag(target_lang)
         sources = []
         for number, line in enumerate(lines, start=1):
-            ids = self.tokenizers.src.encode(line) if line.strip() else []
+            ids = tag + self.tokenizers.src.encode(line) if line.strip() else []
             limit = self.max_src_len
             if limit is not None and len(ids) > limit:
                 what = f"line {number}: {len(ids)} source pieces, more than the model's {limit}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +167,15 @@ def test_several_targets_need_one_joint_vocabulary(tmp_path: Path) -> None:
         small_demo(tmp_path, "data.pairs=[en-de,en-fr]", "data.joint_vocab=false")
     with pytest.raises(DataError, match="demo corpus"):
         prepare_data(small_demo(tmp_path, "data.pairs=[en-de,en-ja]").data)
+
+
+def test_subword_sampling_keeps_each_sources_tag(multi) -> None:
+    from mt.data import subword_sampling
+
+    cfg, data = multi
+    sampling = subword_sampling(replace(cfg.data, subword_sampling=0.3), data.tokenizers, max_positions=256)
+    train = data.splits["train"]
+    rows = [0, 1, len(train) - 2, len(train) - 1]  # both pairs
+    batch = sampling.collate(train, rows, key=(1, 0, 0, 0))[0]
+    firsts = {int(i): int(src[0]) for i, src in zip(batch.ids, batch.src, strict=True)}
+    assert firsts == {i: train.src_ids(i)[0] for i in rows}

@@ -179,3 +179,11 @@ def test_subword_sampling_keeps_each_sources_tag(multi) -> None:
     batch = sampling.collate(train, rows, key=(1, 0, 0, 0))[0]
     firsts = {int(i): int(src[0]) for i, src in zip(batch.ids, batch.src, strict=True)}
     assert firsts == {i: train.src_ids(i)[0] for i in rows}
+
+
+def test_the_data_summary_counts_each_language_pair(multi, capsys) -> None:
+    cfg, _ = multi
+    prepare_data(cfg.data)  # cached by now: the summary only
+    n = cfg.data.demo
+    expected = f"{n.train_size}/{n.valid_size}/{n.test_size}"
+    assert f"(train/valid/test examples): en-de {expected}, en-fr {expected}" in capsys.readouterr().out

@@ -293,5 +293,6 @@ def prepare_data(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> PreparedDat
 
     result = {s: load_split(s, plan) for s in splits}
     stats = {s: json.loads((plan.split_dirs[s] / "stats.json").read_text()) for s in splits}
-    print(format_summary(tokenizers, result, stats, reused=[s for s in splits if s not in todo], root=plan.root))
+    print(format_summary(tokenizers, result, stats, reused=[s for s in splits if s not in todo], root=plan.root,
+                         language_pairs=[p.name for p in data_pairs(cfg)]))
     return PreparedData(tokenizers, result, plan.root)

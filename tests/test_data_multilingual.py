@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import compose_config
 
 from mt.config import ConfigError
 from mt.data import DataError, TokenBatchSampler, prepare_data
@@ -14,7 +15,6 @@ from mt.data.binarize import open_splits, plan_cache
 from mt.data.demo import demo_numbers, demo_words, write_demo_corpus
 from mt.data.languages import lang_tag
 from mt.data.pair_sampling import PairResampler, pair_counts, pair_shares
-from tests.helpers import compose_config
 
 SMALL = [
     "experiment=demo",

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_config
 
 from mt.cli import evaluate as evaluate_cli
 from mt.eval.scoring import mean_over_pairs
 from mt.train.loop import train
 from mt.train.validate import ValidationSettings, validate
-from tests.helpers import tiny_config
 
 PAIRS = ("en-de", "en-fr")
 

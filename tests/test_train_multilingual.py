@@ -103,3 +103,16 @@ def test_mt_eval_scores_every_pair_of_the_split(run, tmp_path: Path, capsys) -> 
     assert (out / "fr.en-fr.json").is_file() and not (out / "fr.pairs.json").exists()
     assert evaluate_cli.main(["--ckpt", ckpt, "--split", "test", "--out-dir", str(out), "--pair", "en-cs"]) == 1
     assert "en-de, en-fr" in capsys.readouterr().err
+
+
+def test_mt_eval_of_files_asks_which_pair(run, tmp_path: Path, capsys) -> None:
+    _, summary, _ = run
+    ckpt = str(summary.run_dir / "checkpoints" / "best.pt")
+    (tmp_path / "src.en").write_text("twenty-one\nfive\n")
+    (tmp_path / "ref.fr").write_text("vingt et un\ncinq\n")
+    files = ["--ckpt", ckpt, "--src", str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.fr"),
+             "--out-dir", str(tmp_path), "--align", "--no-lowercase-bleu"]
+    assert evaluate_cli.main(files) == 1
+    assert "--pair" in capsys.readouterr().err
+    assert evaluate_cli.main([*files, "--pair", "en-fr", "--name", "f"]) == 0
+    assert json.loads((tmp_path / "f.en-fr.json").read_text())["data"]["target_lang"] == "fr"

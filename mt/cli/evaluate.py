@@ -135,7 +135,8 @@ def evaluate_checkpoint(args: argparse.Namespace) -> None:
         check_lengths(translator, sources, str(args.src) if args.src is not None else f"split {args.split}")
         name = f"{base}.{pair.name}" if several else base
         reports[pair.name] = report = evaluate_pair(
-            args, translator, sources, refs, name=name, checkpoint=checkpoint, data={**data, "pair": pair.name},
+            args, translator, sources, refs, name=name, checkpoint=checkpoint,
+            data={**data, **({"pair": pair.name} if several else {})},
             target_lang=pair.tgt if is_multilingual(cfg.data) else None,
         )
         prefix = f"{pair.name}  " if several else ""

@@ -100,7 +100,9 @@ def multilingual_checkpoint(path: Path, *overrides: str) -> Path:
 
     Its joint tokenizer (100 pieces) holds the tags ``>>de<<`` and ``>>fr<<`` as pieces of their own. The
     demo corpus has no French: the German side stands in for it, which a tokenizer and random weights do
-    not notice; the tags alone make the outputs of the two targets differ.
+    not notice. At the default initial scale a random model says the same thing whatever its source (the
+    two tags gave the same greedy output on 12 of 12 demo lines); with every weight matrix doubled its
+    outputs follow its input, so the tag alone makes the two targets' outputs differ.
     """
     cfg = tiny_config(path.parent, "data.vocab_size=100", "data.pairs=[en-de,en-fr]", *overrides)
     english, german = zip(*(demo_line(n) for n in demo_numbers(cfg.data.demo)["train"]), strict=True)
@@ -108,6 +110,10 @@ def multilingual_checkpoint(path: Path, *overrides: str) -> Path:
     tokenizers = Tokenizers(joint, joint, joint=True)
     torch.manual_seed(0)
     model = build_model(cfg.model, tokenizers.src.padded_vocab_size, tokenizers.tgt.padded_vocab_size)
+    with torch.no_grad():
+        for weight in model.parameters():
+            if weight.dim() > 1:
+                weight.mul_(2.0)
     state = {"model": model.state_dict(), "config": to_dict(cfg), "tokenizers": tokenizers_state(tokenizers)}
     save_checkpoint(path, state)
     return path

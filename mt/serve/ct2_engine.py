@@ -22,7 +22,7 @@ from mt.config import DecodeConfig, validate_group
 from mt.data import Tokenizer, Tokenizers
 from mt.data.languages import lang_tag
 from mt.errors import UserError
-from mt.serve.engine import Options, Output, line_targets, resolve
+from mt.serve.engine import Options, Output, resolve
 
 # what the export's README example sets (mt.export.readme.ct2_readme)
 README_DEFAULTS = {"beam_size": int, "length_penalty": float, "max_decoding_length": int, "max_input_length": int}
@@ -147,7 +147,7 @@ class Ct2Engine:
         outputs = [Output([], [], 0, 0) for _ in lines]
         if not todo:
             return outputs
-        targets = line_targets(targets, len(lines))
+        targets = list(targets) if targets is not None else [None] * len(lines)
         sources = [self._pieces(lines[i], targets[i]) for i in todo]
         results = self.translator.translate_batch(sources, **self.search_options(self.settings(options)))
         tgt = self.tokenizers.tgt

@@ -54,11 +54,6 @@ def rows_per_line(cfg: DecodeConfig) -> int:
     return cfg.beam_size if cfg.strategy == "beam" else 1
 
 
-def line_targets(targets: Sequence[str | None] | None, count: int) -> list[str | None]:
-    """One target per line: ``targets`` as given, or None (no tag) for every line."""
-    return list(targets) if targets is not None else [None] * count
-
-
 class Engine(Protocol):
     """A model the worker can decode with; every method but ``translate`` is cheap and thread-safe."""
 
@@ -117,5 +112,5 @@ class TorchEngine:
                                 max_positions=t.max_positions, max_src_len=t.max_src_len)
         return [
             Output(tr.texts, [h.score for h in tr.hypotheses], tr.src_tokens, tr.tgt_tokens)
-            for tr in translator.translate_nbest(lines, target_lang=line_targets(targets, len(lines)))
+            for tr in translator.translate_nbest(lines, target_lang=targets)
         ]

@@ -29,7 +29,7 @@ def _targets(source: ExportSource, how: str) -> str:
     tags = ", ".join(f"`{lang_tag(t)}`" for t in targets)
     return (
         f"\n\nTarget languages: {', '.join(targets)}. A source names its target with a tag first, "
-        f"{tags} (a piece of the vocabulary of its own, never split): {how}. `mt-translate --target-lang "
+        f"{tags} (each a vocabulary piece of its own, never split): {how}. `mt-translate --target-lang "
         f"{targets[-1]}` adds the same tag."
     )
 

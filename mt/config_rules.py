@@ -95,6 +95,12 @@ RULES: dict[str, list[Rule]] = {
             "must be a list of language pairs, e.g. [en-de,en-fr,en-cs] ([] = src_lang-tgt_lang)",
         ),
         positive("pair_temperature", "pair sampling probability ~ size^(1/T)"),
+        Rule(
+            "joint_vocab",
+            lambda v, g: v or not isinstance(g.pairs, list | tuple)
+            or len({str(p).split("-")[-1] for p in g.pairs}) < 2,
+            "must be true for several target languages in data.pairs (one vocabulary holds every language and tag)",
+        ),
         fraction("subword_sampling", "BPE-dropout probability of training batches; 0 = off"),
         positive("max_tokens", "tokens per batch"),
         at_least("pad_to_multiple", 1, "1 = no padding to a multiple"),

@@ -72,3 +72,42 @@ def test_two_gloo_ranks_validate_like_one_process(tmp_path: Path, capsys: pytest
         assert two[key] == pytest.approx(one[key], rel=1e-5), key
     assert (two["bleu"], two["chrf"], two["bleu_signature"]) == (one["bleu"], one["chrf"], one["bleu_signature"])
     assert one["chrf"] > 0
+
+
+PAIRS = "data.pairs=[en-de,en-fr]"
+
+
+def _pair_scores(cache: Path, info: DistInfo) -> dict:
+    """Per-pair greedy loss + BLEU of a fixed random tiny model on a two-target demo valid split."""
+    cfg = compose([*TINY, f"data.cache_dir={cache}", "data.demo.valid_size=13", PAIRS])
+    data = prepare_data(cfg.data, splits=("valid",))
+    torch.manual_seed(3)
+    vocab = data.tokenizers.src.padded_vocab_size
+    model = build_model(dataclasses.replace(cfg.model, dropout=0.0), vocab, vocab, PAD_ID)
+    settings = dataclasses.replace(_settings(), pairs=tuple(ValidationSettings.from_config(cfg).pairs),
+                                   multilingual=True)
+    return validate(model, data.tokenizers, data.splits["valid"], settings, torch.device("cpu"), dist=info)
+
+
+def _pairs_worker(rank: int, world: int, init_file: str, cache: str, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    try:
+        scores = _pair_scores(Path(cache), DistInfo(rank=rank, world_size=world))
+        Path(out_dir, f"pairs{rank}.json").write_text(json.dumps(scores))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_validate_each_language_pair_like_one_process(tmp_path: Path) -> None:
+    one = _pair_scores(tmp_path / "cache", DistInfo())
+    assert {"bleu_en-de", "bleu_en-fr", "loss_en-de", "loss_en-fr"} <= set(one)
+    mp.spawn(_pairs_worker, args=(2, tempfile.mktemp(dir=tmp_path), str(tmp_path / "cache"), str(tmp_path)),
+             nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"pairs{r}.json").read_text()) for r in range(2)]
+    assert ranks[0] == ranks[1] and set(ranks[0]) == set(one)
+    for key, value in one.items():
+        if isinstance(value, str) or key.startswith(("bleu", "chrf")):
+            assert ranks[0][key] == value, key
+        else:
+            assert ranks[0][key] == pytest.approx(value, rel=1e-5), key

@@ -9,11 +9,18 @@ Writes ``<out-dir>/<name>.json`` and ``.md`` (sacreBLEU BLEU/chrF/TER with signa
 BLEU for comparison with papers, decoding settings, checkpoint step and config, speed, examples),
 ``<name>.hyp.txt`` and ``<name>.align-<line>.png`` cross-attention heatmaps for the ``--align`` lines;
 all of them or, when something fails, none.
+
+A checkpoint of several language pairs (``data.pairs``) is scored pair by pair: ``--split`` reports every
+pair (or the one ``--pair en-fr`` names), each as ``<name>.<pair>.json`` / ``.md``, prints one row per pair
+and their mean and writes the table to ``<name>.pairs.json``; ``--src``/``--ref`` with a multilingual
+checkpoint need ``--pair`` to say which target language the references are in.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,6 +75,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     data.add_argument("--src", type=Path, help="source file, plain or .gz")
     data.add_argument("--ref", type=Path, help="reference file, plain or .gz")
     data.add_argument("--split", choices=("train", "valid", "test"), help="a split of the checkpoint's data config")
+    data.add_argument("--pair", help="one language pair of a checkpoint of several (e.g. en-fr): with --split "
+                      "only it is scored (default: every pair), with --src/--ref the model translates into its target")
     parser.add_argument("--out-dir", type=Path, default=Path("reports"))
     parser.add_argument("--name", help="report name (default: <experiment>.<data>.<search>)")
     parser.add_argument("--align", type=ranged(int, 1), nargs="*", default=[1], help="1-based lines to plot")
@@ -82,29 +91,86 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def pairs_to_score(args: argparse.Namespace, cfg: Config) -> list:
+    """The checkpoint's language pairs to score: ``--pair`` or, for ``--split``, every pair (one for a one-pair model).
+
+    ``LanguageError`` for a ``--pair`` the model was not trained on, or ``--src`` with a multilingual model
+    and no ``--pair`` (its references are in one target language).
+    """
+    from mt.data.languages import LanguageError, data_pairs, is_multilingual, parse_pair
+
+    pairs = data_pairs(cfg.data)
+    if args.pair is not None:
+        chosen = parse_pair(args.pair)
+        if chosen not in pairs:
+            have = ", ".join(p.name for p in pairs)
+            raise LanguageError(f"--pair {args.pair}: this model's pairs are {have}")
+        return [chosen]
+    if args.split is not None:
+        return pairs
+    if is_multilingual(cfg.data):
+        targets = ", ".join(p.name for p in pairs)
+        raise LanguageError(f"this model translates {targets}: say which pair --src/--ref are with --pair")
+    return pairs[:1]
+
+
 def evaluate_checkpoint(args: argparse.Namespace) -> None:
-    """The command: check the paths, load the model and the test set, write the report, print the scores."""
-    from mt.eval.report import evaluate
+    """The command: check the paths, load the model and the test set(s), write the report(s), print the scores."""
+    from mt.data.languages import data_pairs, is_multilingual
+    from mt.data.pair_sources import pair_config
 
     for path, flag in ((args.src, "--src"), (args.ref, "--ref")):
         if path is not None:
             check_input_file(path, flag)
     check_output_dir(args.out_dir, "--out-dir")
     translator, cfg, path = load_translator(args)
-    sources, refs, data = load_texts(args, cfg)
-    check_lengths(translator, sources, str(args.src) if args.src is not None else f"split {args.split}")
-    name = args.name or default_name(cfg, args, translator.cfg.strategy, translator.cfg.beam_size)
+    pairs = pairs_to_score(args, cfg)
+    several = len(data_pairs(cfg.data)) > 1
+    base = args.name or default_name(cfg, args, translator.cfg.strategy, translator.cfg.beam_size)
     checkpoint = {"path": str(path), "step": checkpoint_step(path), "config": to_dict(cfg)}
-    report = evaluate(
-        translator, sources, refs, out_dir=args.out_dir, name=name, checkpoint=checkpoint, data=data,
-        align=args.align, lowercase_tokenized=not args.no_lowercase_bleu, n_examples=args.examples,
-        progress=True,
+    reports = {}
+    for pair in pairs:
+        pair_cfg = dataclasses.replace(cfg, data=pair_config(cfg.data, pair))
+        sources, refs, data = load_texts(args, pair_cfg)
+        check_lengths(translator, sources, str(args.src) if args.src is not None else f"split {args.split}")
+        name = f"{base}.{pair.name}" if several else base
+        reports[pair.name] = report = evaluate_pair(
+            args, translator, sources, refs, name=name, checkpoint=checkpoint,
+            data={**data, **({"pair": pair.name} if several else {})},
+            target_lang=pair.tgt if is_multilingual(cfg.data) else None,
+        )
+        prefix = f"{pair.name}  " if several else ""
+        for metric in report["metrics"].values():
+            print(f"{prefix}{metric['name']}: {metric['score']:.2f}  ({metric['signature']})")
+        speed = report["speed"]
+        print(f"{prefix}{speed['sentences_per_s']:.1f} sentences/s, {speed['tgt_tokens_per_s']:.1f} target tokens/s")
+        print(f"{prefix}report: {args.out_dir / name}.md (and .json)")
+    if len(reports) > 1:
+        table = pair_table(reports)
+        for metric, value in table["mean"].items():
+            print(f"mean over {len(reports)} pairs  {metric}: {value:.2f}")
+        (args.out_dir / f"{base}.pairs.json").write_text(json.dumps(table, indent=2) + "\n", encoding="utf-8")
+        print(f"per-pair table: {args.out_dir / base}.pairs.json")
+
+
+def evaluate_pair(args: argparse.Namespace, translator, sources: list[str], refs: list[str], **kwargs) -> dict:
+    """One report (``mt.eval.report.evaluate``) with the command line's report settings."""
+    from mt.eval.report import evaluate
+
+    return evaluate(
+        translator, sources, refs, out_dir=args.out_dir, align=args.align,
+        lowercase_tokenized=not args.no_lowercase_bleu, n_examples=args.examples, progress=True, **kwargs,
     )
-    for metric in report["metrics"].values():
-        print(f"{metric['name']}: {metric['score']:.2f}  ({metric['signature']})")
-    speed = report["speed"]
-    print(f"{speed['sentences_per_s']:.1f} sentences/s, {speed['tgt_tokens_per_s']:.1f} target tokens/s")
-    print(f"report: {args.out_dir / name}.md (and .json)")
+
+
+def pair_table(reports: dict[str, dict]) -> dict:
+    """Every pair's scores (metric name -> score, its report's file) and each metric's mean over the pairs."""
+    rows = {
+        pair: {"report": f"{report['name']}.json", **{m["name"]: m["score"] for m in report["metrics"].values()}}
+        for pair, report in reports.items()
+    }
+    metrics = [m["name"] for m in next(iter(reports.values()))["metrics"].values()]
+    return {"pairs": rows, "mean": {m: sum(row[m] for row in rows.values()) / len(rows) for m in metrics}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

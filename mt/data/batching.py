@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from mt.data.errors import DataError
+from mt.data.pair_sampling import PairResampler
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, round_up
 
 if TYPE_CHECKING:
@@ -96,6 +97,10 @@ class TokenBatchSampler:
     and together see every example exactly once. To give every rank the SAME number of batches, while the
     batch count is not a multiple of ``world_size`` the largest batch (most examples) is split in two halves.
 
+    Several language pairs (``resampler``): each epoch first draws its examples, every pair resampled to its
+    temperature share (``PairResampler``, under the same ``(seed, epoch)``), then shuffles and packs them as
+    above, so one batch mixes pairs; an example may appear more than once in an epoch, or not at all.
+
     Resuming: ``iter_from(epoch, start_batch)`` recomputes the epoch's index lists (cheap, no model work) and
     starts at ``start_batch``: nothing is replayed.
     """
@@ -112,6 +117,7 @@ class TokenBatchSampler:
         world_size: int = 1,
         pad_to_multiple: int = 8,
         shuffle_chunk: int = 100,
+        resampler: PairResampler | None = None,
     ) -> None:
         src, tgt = _as_numpy(src_lens), _as_numpy(tgt_lens)
         if src.shape != tgt.shape or src.ndim != 1:
@@ -132,6 +138,7 @@ class TokenBatchSampler:
         self.longest, self.cost = longest.astype(np.int32), cost.astype(np.int32)  # 4 bytes per example each
         self.max_tokens, self.seed, self.shuffle = max_tokens, seed, shuffle
         self.rank, self.world_size, self.shuffle_chunk = rank, world_size, shuffle_chunk
+        self.resampler = resampler
         self.epoch, self.start_batch = 0, 0
         self._memo: tuple[int, BatchList] | None = None
 
@@ -141,7 +148,10 @@ class TokenBatchSampler:
             return self._memo[1]
         if self.shuffle:
             rng = np.random.default_rng([self.seed, epoch])
-            perm = rng.permutation(len(self.cost))  # (N,)
+            if self.resampler is None:
+                perm = rng.permutation(len(self.cost))  # (N,)
+            else:
+                perm = rng.permutation(self.resampler.epoch_examples(rng))  # (M,) this epoch's mix of pairs
             per_batch = max(1, self.max_tokens // max(1, int(self.cost.mean())))
             chunk = max(1, self.shuffle_chunk * per_batch)
             parts, starts = [], []

@@ -6,10 +6,18 @@ Cache layout (``cfg.cache_dir``)::
     demo/<fp>/             the demo corpus as parallel files
     <tok_fp>/tokenizer/    spm.model (joint) or src.model + tgt.model
     <tok_fp>/<split>-<fp>/ binarized split: Arrow src, tgt (text), src_ids, tgt_ids (int32) + stats.json
+                           (several pairs: also ``pair`` (int32), the index into ``data_pairs``)
 
 ``tok_fp`` hashes the training data's content and the tokenizer settings; a split's ``fp`` hashes its own
-content, ``tok_fp`` and (train only) the filter settings. Every cache entry is written to a temporary
-directory and renamed into place, so a crash never leaves a half-written entry behind.
+content, ``tok_fp`` and (train only) the filter settings. With several pairs a split's content key covers
+every pair's files in order, and ``tok_fp`` the target tags too; one pair keeps the keys it always had.
+
+A multilingual config (several target languages) trains one joint SentencePiece model over every
+language's training text (each language's text once, from the first pair that has it) with the target
+tags ``>>de<<``, ``>>fr<<``, ... as user-defined pieces, and each source's ids start with its pair's tag.
+
+Every cache entry is written to a temporary directory and renamed into place, so a crash never leaves a
+half-written entry behind.
 """
 
 from __future__ import annotations
@@ -27,9 +35,11 @@ from typing import Any
 import datasets
 import numpy as np
 
-from mt.config import DataConfig
+from mt.config import ConfigError, DataConfig
 from mt.data.errors import DataError
-from mt.data.sources import SPLITS, RawSplit, fingerprint, open_split, progress_bars_on_tty
+from mt.data.languages import data_pairs, is_multilingual, lang_tag, tag_pieces
+from mt.data.pair_sources import PAIR_COLUMN, PairedSplit, open_pairs_split
+from mt.data.sources import SPLITS, RawSplit, fingerprint, progress_bars_on_tty
 from mt.data.split import TokenizedSplit
 from mt.data.summary import format_summary
 from mt.data.tokenizer import Tokenizer, Tokenizers, train_tokenizer
@@ -47,6 +57,7 @@ _FEATURES = datasets.Features(
         "tgt_ids": datasets.Sequence(datasets.Value("int32")),
     }
 )
+_PAIR_FEATURES = datasets.Features({**_FEATURES, PAIR_COLUMN: datasets.Value("int32")})
 
 
 @dataclass
@@ -82,14 +93,42 @@ def _column(ds: datasets.Dataset, name: str) -> Iterator[str]:
         yield from batch[name]
 
 
+def _each_language_once(cfg: DataConfig, train: datasets.Dataset) -> Iterator[str]:
+    """The training text of every language once: a language's sentences come from the first pair that has it
+    (Multi30k's English is the same in en-de, en-fr and en-cs and would otherwise count three times)."""
+    pairs = data_pairs(cfg)
+    owner: dict[str, int] = {}
+    for index, pair in enumerate(pairs):
+        owner.setdefault(pair.src, index)
+        owner.setdefault(pair.tgt, index)
+    for col, side in (("src", "src"), ("tgt", "tgt")):
+        for batch in train.select_columns([col, PAIR_COLUMN]).iter(batch_size=10_000):
+            for text, pair in zip(batch[col], batch[PAIR_COLUMN], strict=True):
+                if owner[getattr(pairs[pair], side)] == pair:
+                    yield text
+
+
+def check_multilingual_vocab(cfg: DataConfig) -> None:
+    """A multilingual config needs one joint vocabulary: the tags and every language live in it."""
+    if is_multilingual(cfg) and not cfg.joint_vocab:
+        raise ConfigError([
+            f"data.joint_vocab=false: several target languages ({', '.join(p.name for p in data_pairs(cfg))}) "
+            "need one joint vocabulary (data.joint_vocab=true)"
+        ])
+
+
 def train_tokenizers(cfg: DataConfig, train: datasets.Dataset) -> Tokenizers:
+    check_multilingual_vocab(cfg)
     kw: dict[str, Any] = {
         "character_coverage": cfg.character_coverage,
         "sample_size": cfg.tokenizer_sample_size,
     }
     if cfg.joint_vocab:
-        sentences = (s for col in ("src", "tgt") for s in _column(train, col))
-        tok = train_tokenizer(sentences, cfg.vocab_size, name="joint", **kw)
+        if PAIR_COLUMN in train.column_names:
+            sentences = _each_language_once(cfg, train)
+        else:
+            sentences = (s for col in ("src", "tgt") for s in _column(train, col))
+        tok = train_tokenizer(sentences, cfg.vocab_size, name="joint", user_symbols=tag_pieces(cfg), **kw)
         return Tokenizers(tok, tok, joint=True)
     src = train_tokenizer(_column(train, "src"), cfg.vocab_size, name=f"source ({cfg.src_lang})", **kw)
     tgt = train_tokenizer(_column(train, "tgt"), cfg.vocab_size, name=f"target ({cfg.tgt_lang})", **kw)
@@ -109,12 +148,23 @@ def _tokenizer(proto: bytes) -> Tokenizer:
 
 
 def _encode(
-    batch: dict[str, list[str]], src_proto: bytes, tgt_proto: bytes, threads: int
+    batch: dict[str, list], src_proto: bytes, tgt_proto: bytes, threads: int, tags: list[int] | None = None
 ) -> dict[str, list[list[int]]]:
-    return {
-        "src_ids": _tokenizer(src_proto).encode_batch(batch["src"], num_threads=threads),
-        "tgt_ids": _tokenizer(tgt_proto).encode_batch(batch["tgt"], num_threads=threads),
-    }
+    """Source and target ids; with ``tags`` (a tag id per pair) each source starts with its pair's tag."""
+    src_ids = _tokenizer(src_proto).encode_batch(batch["src"], num_threads=threads)
+    if tags is not None:
+        src_ids = [[tags[pair], *ids] for pair, ids in zip(batch[PAIR_COLUMN], src_ids, strict=True)]
+    return {"src_ids": src_ids, "tgt_ids": _tokenizer(tgt_proto).encode_batch(batch["tgt"], num_threads=threads)}
+
+
+def pair_tag_ids(cfg: DataConfig, tokenizers: Tokenizers) -> list[int] | None:
+    """The tag id of each pair's target (index = pair), or None when sources carry no tags (one target)."""
+    if not is_multilingual(cfg):
+        return None
+    ids = [tokenizers.src.piece_id(lang_tag(p.tgt)) for p in data_pairs(cfg)]
+    if None in ids:
+        raise DataError(f"the tokenizer lacks a target tag of {[p.name for p in data_pairs(cfg)]}; delete its cache")
+    return ids
 
 
 def _filter(src_lens: np.ndarray, tgt_lens: np.ndarray, cfg: DataConfig) -> tuple[np.ndarray, dict[str, int]]:
@@ -143,11 +193,12 @@ def binarize_split(name: str, raw: datasets.Dataset, tokenizers: Tokenizers, cfg
             batched=True,
             batch_size=2000,
             num_proc=num_proc,
-            features=_FEATURES,
+            features=_PAIR_FEATURES if PAIR_COLUMN in raw.column_names else _FEATURES,
             fn_kwargs={
                 "src_proto": tokenizers.src.model_proto,
                 "tgt_proto": tokenizers.tgt.model_proto,
                 "threads": threads,
+                "tags": pair_tag_ids(cfg, tokenizers),
             },
             new_fingerprint=out.name,
             cache_file_name=str(Path(scratch) / "encoded.arrow"),
@@ -184,8 +235,9 @@ class CachePlan:
         return self.root / "tokenizer"
 
 
-def plan_cache(cfg: DataConfig, raws: dict[str, RawSplit]) -> CachePlan:
+def plan_cache(cfg: DataConfig, raws: dict[str, RawSplit | PairedSplit]) -> CachePlan:
     """The cache directories of ``raws`` (which must hold ``train``: the tokenizer's key is its content)."""
+    tags = tag_pieces(cfg)
     tok_fp = fingerprint(
         _TOK_VERSION,
         raws["train"].key,
@@ -193,6 +245,7 @@ def plan_cache(cfg: DataConfig, raws: dict[str, RawSplit]) -> CachePlan:
         cfg.joint_vocab,
         cfg.character_coverage,
         cfg.tokenizer_sample_size,
+        *([tags] if tags else []),  # one target: no tags, the key it always had
     )
     root = Path(cfg.cache_dir) / tok_fp
     filters = {"train": (cfg.max_len, cfg.max_len_ratio)}
@@ -200,10 +253,11 @@ def plan_cache(cfg: DataConfig, raws: dict[str, RawSplit]) -> CachePlan:
     return CachePlan(root, dirs)
 
 
-def open_splits(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, RawSplit]:
-    """``splits`` of ``cfg``'s source, and ``train`` (the tokenizer's data) first, located and keyed."""
+def open_splits(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, RawSplit | PairedSplit]:
+    """``splits`` of ``cfg``'s source (every pair), and ``train`` (the tokenizer's data) first, located and keyed."""
+    check_multilingual_vocab(cfg)
     cache_root = Path(cfg.cache_dir)
-    return {s: open_split(cfg, s, cache_root) for s in dict.fromkeys(("train", *splits))}
+    return {s: open_pairs_split(cfg, s, cache_root) for s in dict.fromkeys(("train", *splits))}
 
 
 def save_tokenizers(tokenizers: Tokenizers, plan: CachePlan) -> None:
@@ -239,5 +293,6 @@ def prepare_data(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> PreparedDat
 
     result = {s: load_split(s, plan) for s in splits}
     stats = {s: json.loads((plan.split_dirs[s] / "stats.json").read_text()) for s in splits}
-    print(format_summary(tokenizers, result, stats, reused=[s for s in splits if s not in todo], root=plan.root))
+    print(format_summary(tokenizers, result, stats, reused=[s for s in splits if s not in todo], root=plan.root,
+                         language_pairs=[p.name for p in data_pairs(cfg)]))
     return PreparedData(tokenizers, result, plan.root)

@@ -1,12 +1,13 @@
-"""The embedded offline corpus: English number words -> German number words, made with ``num2words``.
+"""The embedded offline corpus: English number words -> German (or French, Czech) number words, by ``num2words``.
 
 ``21 -> "twenty-one" / "einundzwanzig"``. A line lists 1 to ``max_numbers_per_line`` numbers separated
 by "; " (``"twenty-one; four hundred and five" -> "einundzwanzig; vierhundertfünf"``): a German number is
 one fused word, so single-number lines would have no word n-grams and BLEU could not measure them.
 Numbers are drawn without replacement from ``[min_number, max_number]`` by ``random.Random(seed)`` (never
 the global RNG), so the corpus is identical across runs for one seed and the train / valid / test splits
-are disjoint by number. The corpus is written as parallel files (``{train,valid,test}.{en,de}``) and read
-through the same path as real data.
+are disjoint by number. The corpus is written as parallel files (``{train,valid,test}.{en,de}``, and
+``.fr`` / ``.cs`` for a run that asks for them: the same numbers in every language) and read through the
+same path as real data.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mt.data.sources import fingerprint
 
 _DEMO_VERSION = 3  # bump when the generation recipe changes
 SEPARATOR = "; "
+DEMO_TARGETS = ("de", "fr", "cs")  # the languages besides English (num2words has them all)
 
 
 def demo_numbers(cfg: DemoConfig) -> dict[str, list[tuple[int, ...]]]:
@@ -78,32 +80,45 @@ def _draw_by_magnitude(rng: random.Random, lo: int, hi: int, count: int) -> list
     return drawn
 
 
-def demo_pair(n: int) -> tuple[str, str]:
-    """``(english, german)`` number words for ``n``."""
-    return num2words(n, lang="en"), num2words(n, lang="de")
+def demo_pair(n: int, lang: str = "de") -> tuple[str, str]:
+    """``(english, <lang>)`` number words for ``n`` (German by default)."""
+    return num2words(n, lang="en"), num2words(n, lang=lang)
 
 
-def demo_line(numbers: tuple[int, ...]) -> tuple[str, str]:
-    """``(english, german)`` for a line listing ``numbers``."""
-    pairs = [demo_pair(n) for n in numbers]
-    return SEPARATOR.join(p[0] for p in pairs), SEPARATOR.join(p[1] for p in pairs)
+def demo_line(numbers: tuple[int, ...], lang: str = "de") -> tuple[str, str]:
+    """``(english, <lang>)`` for a line listing ``numbers`` (German by default)."""
+    return demo_words(numbers, "en"), demo_words(numbers, lang)
 
 
-def write_demo_corpus(cfg: DemoConfig, root: Path) -> Path:
-    """Write the corpus under ``root/<fingerprint>/`` once (atomically) and return that directory."""
+def demo_words(numbers: tuple[int, ...], lang: str) -> str:
+    """A line listing ``numbers`` as ``lang`` number words."""
+    return SEPARATOR.join(num2words(n, lang=lang) for n in numbers)
+
+
+def write_demo_corpus(cfg: DemoConfig, root: Path, languages: tuple[str, ...] = ("en", "de")) -> Path:
+    """Write the corpus's ``languages`` under ``root/<fingerprint>/`` (each file once, atomically); the directory.
+
+    Every language's files hold the same numbers line by line, so any two of them are a parallel corpus.
+    """
+    unknown = sorted(set(languages) - {"en", *DEMO_TARGETS})
+    if unknown:
+        raise DataError(f"the demo corpus has no language {', '.join(unknown)}; it has en, {', '.join(DEMO_TARGETS)}")
     out = Path(root) / fingerprint(
         _DEMO_VERSION, cfg.train_size, cfg.valid_size, cfg.test_size, cfg.min_number, cfg.max_number,
         cfg.max_numbers_per_line, cfg.seed,
     )
-    if (out / "DONE").is_file():
+    missing = [lang for lang in dict.fromkeys(languages) if not _has_language(out, lang)]
+    if not missing:
         return out
     out.mkdir(parents=True, exist_ok=True)
     for split, lines in demo_numbers(cfg).items():
-        pairs = [demo_line(numbers) for numbers in lines]
-        for lang, column in (("en", 0), ("de", 1)):
-            _write_atomic(out / f"{split}.{lang}", "".join(p[column] + "\n" for p in pairs))
-    (out / "DONE").touch()
+        for lang in missing:
+            _write_atomic(out / f"{split}.{lang}", "".join(demo_words(numbers, lang) + "\n" for numbers in lines))
     return out
+
+
+def _has_language(out: Path, lang: str) -> bool:
+    return all((out / f"{split}.{lang}").is_file() for split in ("train", "valid", "test"))
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -87,11 +87,14 @@ def open_split(cfg: DataConfig, split: str, cache_root: Path) -> RawSplit:
     if split not in SPLITS:
         raise DataError(f"unknown split '{split}', expected one of {SPLITS}")
     if cfg.source == "demo":
-        from mt.data.demo import write_demo_corpus
+        from mt.data.demo import DEMO_TARGETS, write_demo_corpus
 
-        if {cfg.src_lang, cfg.tgt_lang} != {"en", "de"}:
-            raise DataError(f"the demo corpus is en<->de, got src_lang={cfg.src_lang} tgt_lang={cfg.tgt_lang}")
-        demo_dir = write_demo_corpus(cfg.demo, cache_root / "demo")
+        langs = {cfg.src_lang, cfg.tgt_lang}
+        if "en" not in langs or not langs - {"en"} <= set(DEMO_TARGETS):
+            raise DataError(
+                f"the demo corpus is en<->{'|'.join(DEMO_TARGETS)}, got src_lang={cfg.src_lang} tgt_lang={cfg.tgt_lang}"
+            )
+        demo_dir = write_demo_corpus(cfg.demo, cache_root / "demo", languages=(cfg.src_lang, cfg.tgt_lang))
         cfg = replace(
             cfg,
             source="files",

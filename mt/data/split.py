@@ -67,17 +67,31 @@ class RaggedIds:
 
 
 class TokenizedSplit:
-    """One binarized split: ids as memory-mapped Arrow views, lengths, raw text."""
+    """One binarized split: ids as memory-mapped Arrow views, lengths, raw text, and each example's pair.
 
-    def __init__(self, name: str, dataset: datasets.Dataset) -> None:
+    ``pairs`` (N,) is each example's index into ``data_pairs`` (all 0 for a split of one pair).
+    """
+
+    def __init__(self, name: str, dataset: datasets.Dataset | pa.Table) -> None:
         self.name = name
-        table = dataset.flatten_indices().data.table if dataset._indices is not None else dataset.data.table
+        if isinstance(dataset, pa.Table):
+            table = dataset
+        else:
+            table = dataset.flatten_indices().data.table if dataset._indices is not None else dataset.data.table
+        self._table = table
         self._src = RaggedIds(table.column("src_ids"))
         self._tgt = RaggedIds(table.column("tgt_ids"))
         self.src_lens = torch.from_numpy(self._src.lens)  # (N,) pieces, no EOS
         self.tgt_lens = torch.from_numpy(self._tgt.lens)  # (N,) pieces, no BOS/EOS
         self.src_text = TextColumn(table.column("src"))
         self.tgt_text = TextColumn(table.column("tgt"))
+        has_pairs = "pair" in table.column_names
+        self.pairs = table.column("pair").to_numpy().astype(np.int64) if has_pairs else np.zeros(len(self), np.int64)
+
+    def pair_split(self, pair: int) -> TokenizedSplit:
+        """The examples of pair ``pair`` alone, in order (a copy of their rows: meant for valid / test)."""
+        rows = np.flatnonzero(self.pairs == pair)
+        return TokenizedSplit(self.name, self._table.take(pa.array(rows, type=pa.int64())))
 
     def __len__(self) -> int:
         return len(self.src_lens)

@@ -15,6 +15,8 @@ with probability ``p``; Provilkov et al. 2020), so the model sees many segmentat
   average), so a sampled batch over ``max_tokens`` is split, by sampled length, into micro-batches that
   each fit. An update's gradient is normalised by all its target tokens, so the split changes the
   memory of a forward pass, not the update.
+- Target tags: a multilingual split's sources start with their pair's tag (``>>fr<<``); the sampled source
+  ids get the same tag in front (the text has none), counted in ``max_pieces``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from mt.config import DataConfig
 from mt.data.batching import Batch, batch_by_tokens, pad_pairs
+from mt.data.binarize import pair_tag_ids
 from mt.data.split import TextColumn, TokenizedSplit
 from mt.data.tokenizer import SPM_RANDOM_SEED, Tokenizer, Tokenizers, round_up
 
@@ -40,13 +43,15 @@ class SubwordSampling:
     max_pieces: int
     max_tokens: int
     pad_to_multiple: int = 8
+    tags: tuple[int, ...] | None = None  # each pair's target tag id (multilingual), put before sampled sources
 
     def collate(self, split: TokenizedSplit, indices: Sequence[int], key: Sequence[int]) -> list[Batch]:
         """Examples ``indices`` of ``split`` with both sides re-segmented under ``key`` (non-negative ints):
         one ``Batch`` in the given order when it fits ``max_tokens``, else several, by sampled length."""
         rows = list(indices)
         src_seed, tgt_seed = sampling_seeds(key)
-        src = self.resegment(self.tokenizers.src, split.src_text, split.src_array, rows, src_seed)
+        tags = [[self.tags[split.pairs[i]]] for i in rows] if self.tags is not None else None
+        src = self.resegment(self.tokenizers.src, split.src_text, split.src_array, rows, src_seed, tags)
         tgt = self.resegment(self.tokenizers.tgt, split.tgt_text, split.tgt_array, rows, tgt_seed)
         cost = [round_up(max(len(s), len(t)) + 1, self.pad_to_multiple) for s, t in zip(src, tgt, strict=True)]
         return [
@@ -56,10 +61,13 @@ class SubwordSampling:
 
     def resegment(
         self, tokenizer: Tokenizer, texts: TextColumn, binarized: Callable[[int], np.ndarray], rows: list[int],
-        seed: int,
+        seed: int, prefixes: list[list[int]] | None = None,
     ) -> list[np.ndarray]:
-        """One side's sampled ids of ``rows``; a sampled row over ``max_pieces`` is replaced by ``binarized(i)``."""
+        """One side's sampled ids of ``rows`` (each after its ``prefixes`` row: a target tag); a sampled row
+        over ``max_pieces`` is replaced by ``binarized(i)``."""
         sampled = tokenizer.sample_batch(texts.take(rows), self.alpha, seed)
+        if prefixes is not None:
+            sampled = [[*prefix, *ids] for prefix, ids in zip(prefixes, sampled, strict=True)]
         return [
             np.asarray(ids, dtype=np.int32) if len(ids) <= self.max_pieces else binarized(i)
             for i, ids in zip(rows, sampled, strict=True)
@@ -88,7 +96,8 @@ def subword_sampling(cfg: DataConfig, tokenizers: Tokenizers, max_positions: int
     if cfg.subword_sampling <= 0:
         return None
     alone = cfg.max_tokens // cfg.pad_to_multiple * cfg.pad_to_multiple - 1  # round_up(n + 1, pad) <= max_tokens
+    tags = pair_tag_ids(cfg, tokenizers)
     return SubwordSampling(
         tokenizers, cfg.subword_sampling, min(cfg.max_len, max_positions - 1, alone), cfg.max_tokens,
-        cfg.pad_to_multiple,
+        cfg.pad_to_multiple, tags=tuple(tags) if tags is not None else None,
     )

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from mt.data.binarize import TokenizedSplit
     from mt.data.tokenizer import Tokenizers
@@ -17,8 +19,10 @@ def format_summary(
     stats: dict[str, dict[str, Any]],
     reused: Sequence[str],
     root: Path,
+    language_pairs: Sequence[str] = (),
 ) -> str:
-    """A table: per split pairs, tokens, mean/max lengths per side, dropped pairs per reason."""
+    """A table: per split pairs, tokens, mean/max lengths per side, dropped pairs per reason; with several
+    ``language_pairs`` (their names, in ``data_pairs`` order) a last line counts each one's examples per split."""
     kind = "joint" if tokenizers.joint else "separate"
     vocab = (
         f"{tokenizers.src.vocab_size}"
@@ -43,4 +47,10 @@ def format_summary(
             f"{float(src.sum()) / n:>8.1f}/{int(src.max()) if len(split) else 0:<4} "
             f"{float(tgt.sum()) / n:>8.1f}/{int(tgt.max()) if len(split) else 0:<4}  {drop}{cached}"
         )
+    if len(language_pairs) > 1:
+        counts = {name: np.bincount(split.pairs, minlength=len(language_pairs)) for name, split in splits.items()}
+        per_pair = ", ".join(
+            f"{pair} {'/'.join(str(int(c[i])) for c in counts.values())}" for i, pair in enumerate(language_pairs)
+        )
+        lines.append(f"  language pairs ({'/'.join(splits)} examples): {per_pair}")
     return "\n".join(lines)

@@ -52,11 +52,11 @@ class Speed:
 
 
 def timed_translate(
-    translator: Translator, sources: Sequence[str], progress: bool = False
+    translator: Translator, sources: Sequence[str], progress: bool = False, target_lang: str | None = None
 ) -> tuple[list[Translation], Speed]:
-    """Translate ``sources`` and measure the time it takes."""
+    """Translate ``sources`` (into ``target_lang`` for a multilingual model) and measure the time it takes."""
     start = time.perf_counter()
-    translations = translator.translate_nbest(sources, progress=progress)
+    translations = translator.translate_nbest(sources, progress=progress, target_lang=target_lang)
     wall = time.perf_counter() - start
     speed = Speed(
         sentences=len(sources),
@@ -91,15 +91,17 @@ def alignment_plots(
     lines: Sequence[int],
     out_dir: Path,
     name: str,
+    target_lang: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Cross-attention heatmaps of the best hypothesis of each 1-based line; axes labelled with pieces."""
+    """Cross-attention heatmaps of the best hypothesis of each 1-based line; axes labelled with pieces
+    (a multilingual model's source starts with the ``target_lang`` tag, as it was translated)."""
     tokenizers = translator.tokenizers
     plots = []
     for line in lines:
         if not 1 <= line <= len(sources) or not translations[line - 1].hypotheses:
             warnings.warn(f"no alignment plot for line {line}: out of range or empty", stacklevel=2)
             continue
-        src_ids = translator.encode_lines([sources[line - 1]])[0] + [EOS_ID]
+        src_ids = translator.encode_lines([sources[line - 1]], target_lang)[0] + [EOS_ID]
         tgt_ids = translations[line - 1].hypotheses[0].tokens
         src_pieces = [tokenizers.src.id_to_piece(i) for i in src_ids]
         tgt_pieces = [tokenizers.tgt.id_to_piece(i) for i in [*tgt_ids, EOS_ID]]  # what each row predicts
@@ -129,22 +131,24 @@ def evaluate(
     lowercase_tokenized: bool = True,
     n_examples: int = 5,
     progress: bool = False,
+    target_lang: str | None = None,
 ) -> dict[str, Any]:
     """Translate ``sources``, score against ``references``, write the report files; return the report.
 
     ``checkpoint``: ``{"path", "step", "config"}`` of the model; ``data``: where sources/references came
-    from; ``align``: 1-based lines to draw alignment heatmaps for.
+    from; ``align``: 1-based lines to draw alignment heatmaps for; ``target_lang``: the target language a
+    multilingual model is asked for (None for a one-target model).
     """
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} source lines but {len(references)} reference lines")
-    translations, speed = timed_translate(translator, sources, progress)
+    translations, speed = timed_translate(translator, sources, progress, target_lang)
     hyps = [t.text for t in translations]
     report = {
         "name": name,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "mt_version": __version__,
         "checkpoint": checkpoint,
-        "data": {**(data or {}), "sentences": len(sources)},
+        "data": {**(data or {}), "sentences": len(sources), **({"target_lang": target_lang} if target_lang else {})},
         "decoding": decode_settings(translator.cfg),
         "metrics": score(hyps, references, lowercase_tokenized=lowercase_tokenized),
         "speed": speed.as_dict(),
@@ -154,7 +158,7 @@ def evaluate(
     }
     with staged_files(Path(out_dir)) as stage:
         (stage / f"{name}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-        report["alignments"] = alignment_plots(translator, sources, translations, align, stage, name)
+        report["alignments"] = alignment_plots(translator, sources, translations, align, stage, name, target_lang)
         write_report(report, stage, name)
     return report
 

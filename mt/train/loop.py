@@ -15,7 +15,8 @@ from mt import __version__
 from mt import checkpoint as ckpt
 from mt.config import Config
 from mt.data import TokenizedSplit, prepare_data
-from mt.eval.scoring import translate_and_score
+from mt.data.languages import data_pairs, is_multilingual
+from mt.eval.scoring import mean_over_pairs, translate_and_score
 from mt.train.distributed import shutdown
 from mt.train.state import TrainState
 from mt.train.summary import RunSummary, append_test_row, draw_plots, print_summary
@@ -75,10 +76,18 @@ def average_last(ckpt_dir: Path, n: int) -> Path | None:
 
 
 def checkpoint_valid_bleu(checkpoint: Path, split: TokenizedSplit, device: torch.device) -> float:
-    """Greedy sacreBLEU of ``checkpoint`` on ``split`` (to choose between best and averaged)."""
+    """Greedy sacreBLEU of ``checkpoint`` on ``split`` (to choose between best and averaged); the mean over
+    the pairs for several language pairs."""
     model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, device)
     greedy = validation_decode_config(cfg.decode, beam_size=1)
-    return float(valid_bleu(model, tokenizers, split, greedy, device, max_positions=cfg.model.max_positions)["bleu"])
+    multilingual = is_multilingual(cfg.data)
+    bleus = [
+        float(valid_bleu(model, tokenizers, split.pair_split(i) if len(data_pairs(cfg.data)) > 1 else split, greedy,
+                         device, max_positions=cfg.model.max_positions,
+                         target_lang=pair.tgt if multilingual else None)["bleu"])
+        for i, pair in enumerate(data_pairs(cfg.data))
+    ]
+    return sum(bleus) / len(bleus)
 
 
 def score_on_test(
@@ -86,17 +95,32 @@ def score_on_test(
 ) -> tuple[dict, list[tuple[str, str, str]]]:
     """Translate the test split with ``checkpoint`` (its decode settings) and score it; ``samples`` examples.
 
-    Without ``split`` the test split is prepared from the checkpoint's data settings.
+    Without ``split`` the test split is prepared from the checkpoint's data settings. With several language
+    pairs every pair is scored on its own: ``bleu`` / ``chrf`` are the means over the pairs, ``bleu_en-fr``
+    ... each pair's, ``pairs`` maps each pair to its ``bleu``, ``chrf`` and ``sentences``; the samples are
+    taken from every pair in turn.
     """
     model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, device)
     split = split if split is not None else prepare_data(cfg.data, splits=("test",)).splits["test"]
-    sources, refs = list(split.src_text), list(split.tgt_text)
-    hyps, scores = translate_and_score(model, tokenizers, cfg.decode, device, cfg.model.max_positions, sources, refs)
+    pairs, multilingual = data_pairs(cfg.data), is_multilingual(cfg.data)
+    per_pair, examples = {}, []
+    for index, pair in enumerate(pairs):
+        part = split.pair_split(index) if len(pairs) > 1 else split
+        sources, refs = list(part.src_text), list(part.tgt_text)
+        hyps, scores = translate_and_score(model, tokenizers, cfg.decode, device, cfg.model.max_positions,
+                                           sources, refs, target_lang=pair.tgt if multilingual else None)
+        per_pair[pair.name] = {**scores, "sentences": len(sources)}
+        examples.append(list(zip(sources, refs, hyps, strict=True)))
+    scores = next(iter(per_pair.values())) if len(pairs) == 1 else mean_over_pairs(per_pair)
     result = {
         "checkpoint": str(checkpoint),
         **scores,
-        "sentences": len(sources),
+        "sentences": sum(p["sentences"] for p in per_pair.values()),
         "decode": {"strategy": cfg.decode.strategy, "beam_size": cfg.decode.beam_size,
                    "length_penalty": cfg.decode.length_penalty, "alpha": cfg.decode.alpha},
     }
-    return result, list(zip(sources[:samples], refs[:samples], hyps[:samples], strict=True))
+    if len(pairs) > 1:
+        result["pairs"] = {name: {k: s[k] for k in ("bleu", "chrf", "sentences")} for name, s in per_pair.items()}
+    take = -(-samples // len(pairs))  # per pair, rounded up
+    chosen = [row for rows in zip(*(rows[:take] for rows in examples), strict=False) for row in rows][:samples]
+    return result, chosen

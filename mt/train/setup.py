@@ -19,6 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mt.config import Config
 from mt.data import PAD_ID, PreparedData, TokenBatchSampler, Tokenizers, prepare_data
+from mt.data.languages import data_pairs
+from mt.data.pair_sampling import PairResampler
 from mt.device import resolve_device
 from mt.model import build_model
 from mt.train.allocator import keep_freed_memory
@@ -79,6 +81,7 @@ def build_components(cfg: Config) -> Components:
         train.src_lens, train.tgt_lens, cfg.data.max_tokens, seed=tc.seed, shuffle=True,
         rank=dist.rank, world_size=dist.world_size,
         pad_to_multiple=cfg.data.pad_to_multiple, shuffle_chunk=cfg.data.shuffle_chunk,
+        resampler=PairResampler(train.pairs, cfg.data.pair_temperature) if len(data_pairs(cfg.data)) > 1 else None,
     )
     if len(sampler) == 0:
         raise RuntimeError(f"the training split of {cfg.data.source!r} yields no batches")

@@ -39,6 +39,8 @@ def append_test_row(run_dir: Path, step: int, test: dict) -> None:
     """The test scores as the last row of ``metrics.jsonl``."""
     with (run_dir / "metrics.jsonl").open("a", encoding="utf-8") as f:
         row = {"split": "test", "step": step, "bleu": test["bleu"], "chrf": test["chrf"]}
+        for pair in test.get("pairs", {}):  # several language pairs: each pair's scores too
+            row.update({f"bleu_{pair}": test["pairs"][pair]["bleu"], f"chrf_{pair}": test["pairs"][pair]["chrf"]})
         f.write(json.dumps(row) + "\n")
 
 
@@ -60,7 +62,13 @@ def print_summary(s: RunSummary, state: TrainState, ckpt_dir: Path, cfg: Config)
         skipped = f"{state.skipped_nonfinite} non-finite, {state.skipped_oom} out-of-memory updates"
         lines.append(f"  skipped       : {skipped}")
     if s.test:
-        lines.append(f"  test BLEU     : {s.test['bleu']:.2f}  chrF {s.test['chrf']:.2f}  ({s.test['bleu_signature']})")
+        mean = " (mean over pairs)" if "pairs" in s.test else ""
+        lines.append(
+            f"  test BLEU     : {s.test['bleu']:.2f}  chrF {s.test['chrf']:.2f}{mean}  ({s.test['bleu_signature']})"
+        )
+        for pair, scores in s.test.get("pairs", {}).items():
+            lines.append(f"    {pair:<12}: BLEU {scores['bleu']:.2f}  chrF {scores['chrf']:.2f}  "
+                         f"({scores['sentences']} sentences)")
     if s.samples:
         lines.append("Sample translations (test):")
         for src, ref, hyp in s.samples:

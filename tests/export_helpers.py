@@ -23,6 +23,7 @@ from mt.checkpoint import load_for_inference, save_checkpoint, tokenizers_state
 from mt.config import Config, to_dict
 from mt.data import Tokenizers, train_tokenizer
 from mt.data.demo import demo_line, demo_numbers
+from mt.data.languages import tag_pieces
 from mt.data.tokenizer import BOS_ID, EOS_ID
 from mt.decode import Hypothesis, Translator
 from mt.decode.length_penalty import length_penalty
@@ -91,18 +92,48 @@ def untrained_checkpoint(path: Path, *overrides: str) -> Path:
     return path
 
 
+MULTI_TARGETS = ["de", "fr"]
+
+
+def multilingual_checkpoint(path: Path, *overrides: str) -> Path:
+    """A randomly initialised model (seed 0) of two target languages, en-de and en-fr, saved at ``path``.
+
+    Its joint tokenizer (100 pieces) holds the tags ``>>de<<`` and ``>>fr<<`` as pieces of their own. The
+    demo corpus has no French: the German side stands in for it, which a tokenizer and random weights do
+    not notice. At the default initial scale a random model says the same thing whatever its source (the
+    two tags gave the same greedy output on 12 of 12 demo lines); with every weight matrix doubled its
+    outputs follow its input, so the tag alone makes the two targets' outputs differ.
+    """
+    cfg = tiny_config(path.parent, "data.vocab_size=100", "data.pairs=[en-de,en-fr]", *overrides)
+    english, german = zip(*(demo_line(n) for n in demo_numbers(cfg.data.demo)["train"]), strict=True)
+    joint = train_tokenizer(iter(english + german), 100, user_symbols=tag_pieces(cfg.data))
+    tokenizers = Tokenizers(joint, joint, joint=True)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizers.src.padded_vocab_size, tokenizers.tgt.padded_vocab_size)
+    with torch.no_grad():
+        for weight in model.parameters():
+            if weight.dim() > 1:
+                weight.mul_(2.0)
+    state = {"model": model.state_dict(), "config": to_dict(cfg), "tokenizers": tokenizers_state(tokenizers)}
+    save_checkpoint(path, state)
+    return path
+
+
 def demo_sources(n: int = 40) -> list[str]:
     """``n`` English test lines of the default demo corpus (for the untrained models)."""
     cfg = tiny_config(Path("/nonexistent"))
     return [demo_line(numbers)[0] for numbers in demo_numbers(cfg.data.demo)["test"][:n]]
 
 
-def mt_search(ckpt: Path, lines: list[str], **decode) -> tuple[list[Hypothesis], Config]:
-    """mt's best hypothesis per line with the checkpoint's decode settings and ``decode`` overrides."""
+def mt_search(
+    ckpt: Path, lines: list[str], target_lang: str | None = None, **decode
+) -> tuple[list[Hypothesis], Config]:
+    """mt's best hypothesis per line (into ``target_lang``, for a model of several) with the checkpoint's
+    decode settings and ``decode`` overrides."""
     model, tokenizers, cfg = load_for_inference(ckpt)
     settings = dataclasses.replace(cfg.decode, **decode)
     translator = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions)
-    return [t.hypotheses[0] for t in translator.translate_nbest(lines)], cfg
+    return [t.hypotheses[0] for t in translator.translate_nbest(lines, target_lang=target_lang)], cfg
 
 
 def mt_score(ckpt: Path, line: str, tokens: list[int], penalty: str, alpha: float) -> float:

@@ -13,6 +13,7 @@ import httpx
 import uvicorn
 
 from mt.checkpoint import load_for_inference
+from mt.data.languages import is_multilingual, target_languages
 from mt.decode import Translator
 from mt.serve.app import create_app
 from mt.serve.engine import Options, Output, TorchEngine
@@ -28,15 +29,19 @@ def torch_engine(ckpt: Path, **decode) -> TorchEngine:
     model, tokenizers, cfg = load_for_inference(ckpt, "cpu")
     settings = dataclasses.replace(cfg.decode, **decode)
     translator = Translator(model, tokenizers, settings, "cpu", max_positions=cfg.model.max_positions)
-    return TorchEngine(translator, cfg.data.src_lang, cfg.data.tgt_lang, str(ckpt))
+    targets = target_languages(cfg.data)
+    return TorchEngine(translator, cfg.data.src_lang, targets, str(ckpt), tagged=is_multilingual(cfg.data))
 
 
-def reference(engine: TorchEngine, lines: Sequence[str], options: Options | None = None) -> list[str]:
-    """mt-translate's answer: a fresh Translator with the same settings over all ``lines`` at once."""
+def reference(
+    engine: TorchEngine, lines: Sequence[str], options: Options | None = None, target: str | None = None
+) -> list[str]:
+    """mt-translate's answer (``--target-lang target``): a fresh Translator with the same settings over all
+    ``lines`` at once."""
     t = engine.translator
     settings = engine.settings(options or Options())
     translator = Translator(t.model, t.tokenizers, settings, "cpu", max_positions=t.max_positions)
-    return translator.translate(lines)
+    return translator.translate(lines, target_lang=target)
 
 
 @contextmanager
@@ -105,7 +110,8 @@ class GatedEngine:
         self.fail_on = fail_on
         self.warmed = False
         self.batches: list[int] = []  # lines per translate call after the warm-up
-        self.source_lang, self.target_lang, self.description = inner.source_lang, inner.target_lang, "gated"
+        self.source_lang, self.target_langs, self.description = inner.source_lang, inner.target_langs, "gated"
+        self.tagged = inner.tagged
 
     @property
     def max_src_len(self) -> int | None:
@@ -118,10 +124,10 @@ class GatedEngine:
     def settings(self, options: Options):
         return self.inner.settings(options)
 
-    def count_pieces(self, line: str) -> int:
-        return self.inner.count_pieces(line)
+    def count_pieces(self, line: str, target: str | None = None) -> int:
+        return self.inner.count_pieces(line, target)
 
-    def translate(self, lines: Sequence[str], options: Options) -> list[Output]:
+    def translate(self, lines: Sequence[str], options: Options, targets=None) -> list[Output]:
         if self.warmed:
             self.batches.append(len(lines))
             self.busy.set()
@@ -130,4 +136,4 @@ class GatedEngine:
         self.warmed = True
         if self.fail_on is not None and self.fail_on in lines:
             raise RuntimeError(f"decoding failed on {self.fail_on!r}")
-        return self.inner.translate(lines, options)
+        return self.inner.translate(lines, options, targets)

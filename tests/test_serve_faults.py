@@ -116,10 +116,10 @@ class SlowWarmUp(GatedEngine):
         self.fail = fail
         self.warmed = True  # every call, the warm-up included, waits at the gate
 
-    def translate(self, lines, options):
+    def translate(self, lines, options, targets=None):
         if self.fail:
             raise RuntimeError("no memory for the model")
-        return super().translate(lines, options)
+        return super().translate(lines, options, targets)
 
 
 def test_health_is_503_until_the_warm_up_ran(inner):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from export_helpers import demo_sources, untrained_checkpoint
+from export_helpers import demo_sources, multilingual_checkpoint, untrained_checkpoint
 from serve_helpers import reference, serving, torch_engine
 
 from mt.serve.settings import ServeSettings
@@ -56,3 +56,32 @@ def test_the_page_shows_errors(server, page):
     page.fill("#input", "one\ntwo\nthree\nfour")
     page.click("#translate")
     sync_api.expect(page.locator("#error")).to_contain_text("Error 400: 4 lines in one request", timeout=WAIT_MS)
+
+
+@pytest.fixture(scope="module")
+def multi_server(tmp_path_factory):
+    ckpt = multilingual_checkpoint(tmp_path_factory.mktemp("serve_page_multi") / "multi.pt")
+    engine = torch_engine(ckpt, strategy="greedy", max_len_b=4)
+    with serving(engine, ServeSettings(threads=1)) as (url, _):
+        yield url, engine
+
+
+def test_a_model_of_several_targets_gets_a_target_select(multi_server, page):
+    url, engine = multi_server
+    lines = demo_sources(2)
+    page.goto(f"{url}/")
+    sync_api.expect(page.locator("#pair")).to_have_text("(English → German, French)", timeout=WAIT_MS)
+    assert page.is_visible("#target")
+    page.select_option("#target", "fr")
+    page.fill("#input", "\n".join(lines))
+    page.click("#translate")
+    sync_api.expect(page.locator("#status")).to_contain_text("2 lines in", timeout=WAIT_MS)
+    assert page.input_value("#output") == "\n".join(reference(engine, lines, target="fr"))
+    assert reference(engine, lines, target="fr") != reference(engine, lines, target="de")
+
+
+def test_a_one_target_model_has_no_select(server, page):
+    url, _ = server
+    page.goto(f"{url}/")
+    sync_api.expect(page.locator("#pair")).not_to_be_empty(timeout=WAIT_MS)
+    assert not page.is_visible("#target")

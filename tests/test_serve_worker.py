@@ -14,26 +14,35 @@ WAIT_S = 30
 
 
 class Recorder:
-    """Answers each line upper-cased; records every batch after the warm-up; holds the first one at ``gate``."""
+    """Answers each line upper-cased (with ``:target`` when it has one); records every batch after the warm-up
+    and its lines' targets; holds the first one at ``gate``."""
 
-    def __init__(self) -> None:
+    def __init__(self, target_langs: tuple[str, ...] = ("de",)) -> None:
+        self.target_langs, self.tagged = list(target_langs), len(target_langs) > 1
         self.batches: list[tuple[list[str], Options]] = []
+        self.targets: list[list[str | None]] = []
+        self.warm_up_targets: list[str | None] = []
         self.gate, self.busy = threading.Event(), threading.Event()
         self.calls = 0
 
-    def translate(self, lines, options):
+    def translate(self, lines, options, targets=None):
         self.calls += 1
-        if self.calls > 1:  # not the warm-up
+        targets = list(targets) if targets is not None else [None] * len(lines)
+        if self.calls == 1:
+            self.warm_up_targets = targets
+        else:
             self.batches.append((list(lines), options))
+            self.targets.append(targets)
             self.busy.set()
             self.gate.wait(WAIT_S)
         if "boom" in lines:
             raise RuntimeError("boom")
-        return [Output([line.upper()], [0.0], 1, 1) for line in lines]
+        return [Output([line.upper() + (f":{t}" if t else "")], [0.0], 1, 1)
+                for line, t in zip(lines, targets, strict=True)]
 
 
-def job(loop, lines, cost, options=Options(), mergeable=True) -> Job:  # noqa: B008  (a frozen dataclass)
-    return Job(lines, options, cost, mergeable, loop, loop.create_future())
+def job(loop, lines, cost, options=Options(), mergeable=True, target=None) -> Job:  # noqa: B008  (a frozen dataclass)
+    return Job(lines, options, cost, mergeable, loop, loop.create_future(), target)
 
 
 @pytest.fixture
@@ -71,6 +80,16 @@ def test_jobs_are_gathered_in_order_under_the_budget_and_by_options(loop):
     batches = [lines for lines, _ in engine.batches[1:]]
     # a+d fill the budget; e does not fit, and f may not overtake it; greedy b,c goes alone
     assert batches == [["a", "d"], ["b", "c"], ["e", "f"]]
+
+
+def test_jobs_for_different_targets_share_a_batch_each_line_with_its_own(loop):
+    engine = Recorder(("de", "fr"))
+    jobs = [job(loop, ["a", "b"], 2, target="fr"), job(loop, ["c"], 1, target="de"), job(loop, ["d"], 1, target="fr")]
+    results = run_held(loop, engine, jobs, budget=100)
+    assert [[o.text for o in r] for r in results] == [["A:fr", "B:fr"], ["C:de"], ["D:fr"]]
+    assert engine.batches[1][0] == ["a", "b", "c", "d"]  # one batch, not one per target
+    assert engine.targets[1] == ["fr", "fr", "de", "fr"]
+    assert engine.warm_up_targets == ["de"]  # a tagged engine warms up with a target: its first
 
 
 def test_sampling_jobs_are_never_merged(loop):

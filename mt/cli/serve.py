@@ -9,7 +9,9 @@ Examples:
 LibreTranslate's ``POST /translate`` and ``GET /languages``, mt's ``POST /v1/translate`` (beam, nbest,
 alpha, strategy, scores), ``GET /health``, ``GET /metrics`` (Prometheus), ``/docs`` (OpenAPI) and a page
 at ``/``. Lines of concurrent requests are decoded together (``--max-batch-tokens``, ``--max-wait-ms``);
-each answer equals mt-translate's for the same lines and settings. SIGTERM stops taking requests,
+each answer equals mt-translate's for the same lines and settings. A model of several target languages
+serves them all: a request's ``target`` picks one (``/languages`` lists them), as ``mt-translate
+--target-lang`` does, and lines for different targets share a batch. SIGTERM stops taking requests,
 answers those already taken, then exits 0.
 """
 
@@ -54,7 +56,8 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
                    help="seconds before an unanswered request gets 504 (default: %(default)s)")
     g.add_argument("--api-keys", type=Path, metavar="FILE", help="one key a line; requests need one (403 without)")
     g.add_argument("--source-lang", help="source language code (default: the checkpoint's; en for --ct2)")
-    g.add_argument("--target-lang", help="target language code (default: the checkpoint's; de for --ct2)")
+    g.add_argument("--target-lang", help="target language code (default: the checkpoint's; de for --ct2); a model "
+                                          "of several target languages serves them all")
     g.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"), default="info")
 
 
@@ -79,7 +82,7 @@ def load_engine(args: argparse.Namespace):
 
         given = {field: getattr(args, flag) for flag, field in DECODE_FLAGS.items() if getattr(args, flag) is not None}
         engine = Ct2Engine.load(args.ct2, given, args.threads or usable_cores(), args.source_lang or "en",
-                                args.target_lang or "de")
+                                args.target_lang)
         print(f"mt-serve: decoding defaults {engine.defaults}", file=sys.stderr)
         return engine
     from mt.cli.translate import load_translator
@@ -89,9 +92,22 @@ def load_engine(args: argparse.Namespace):
     # leaves its thread team behind, and the decoding worker's own team then shares the cores with it
     # (2x slower decoding on 2 cores, measured). The worker sets its --threads itself.
     translator, cfg, path = load_translator(argparse.Namespace(**{**vars(args), "threads": 1}))
-    source, target = args.source_lang or cfg.data.src_lang, args.target_lang or cfg.data.tgt_lang
+    source, targets, tagged = served_languages(cfg, args)
     print(f"mt-serve: decoding defaults {translator.cfg}", file=sys.stderr)
-    return TorchEngine(translator, source, target, f"{path} on {translator.device}")
+    return TorchEngine(translator, source, targets, f"{path} on {translator.device}", tagged=tagged)
+
+
+def served_languages(cfg, args: argparse.Namespace) -> tuple[str, list[str], bool]:
+    """(source language, target languages, tagged) of a checkpoint: a model of several targets serves them
+    all (``--target-lang`` must be one of them); a one-pair model its pair, renamed by the flags if given."""
+    from mt.data.languages import check_target, is_multilingual, source_languages, target_languages
+
+    source = args.source_lang or source_languages(cfg.data)[0]
+    if is_multilingual(cfg.data):
+        if args.target_lang is not None:
+            check_target(cfg.data, args.target_lang)
+        return source, target_languages(cfg.data), True
+    return source, [args.target_lang or target_languages(cfg.data)[0]], False
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -132,7 +148,7 @@ def serve(args: argparse.Namespace) -> None:
     warnings.filterwarnings("ignore", message=r"line \d+: \d+ source pieces")  # truncation: the documented policy
     print(f"mt-serve: {engine.description}", file=sys.stderr)
     port = sock.getsockname()[1]  # --port 0: the one the OS picked
-    print(f"mt-serve: http://{args.host}:{port}/ ({engine.source_lang} -> {engine.target_lang})",
+    print(f"mt-serve: http://{args.host}:{port}/ ({engine.source_lang} -> {', '.join(engine.target_langs)})",
           file=sys.stderr, flush=True)
     app = create_app(engine, settings)
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is over; a handler that ignores

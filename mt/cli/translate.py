@@ -4,12 +4,15 @@ Examples:
     mt-translate --input test.en --output test.hyp          # runs/demo/checkpoints/best.pt
     echo "twenty-one" | mt-translate --exp demo --strategy greedy
     mt-translate --ckpt runs/x/checkpoints/best.pt --beam 5 --lenpen gnmt --alpha 1.0
+    mt-translate --ckpt runs/multi/checkpoints/best.pt --target-lang fr --input test.en
 
 Reads ``--input`` (plain or .gz) or stdin, writes ``--output`` or stdout, one line per input line (empty
 in, empty out). With ``--nbest N`` (> 1) each input gives N lines ``LINE ||| hypothesis ||| score``.
 With a terminal on stdin it translates interactively, line by line. The checkpoint's ``decode``
-settings are the defaults; flags override them. Input is UTF-8 (a BOM and ``\\r\\n`` line ends are
-accepted); ``--output`` is written only when every line was translated.
+settings are the defaults; flags override them. A model of several target languages needs
+``--target-lang`` (e.g. ``fr``): its tag (``>>fr<<``) is put before every source for you. Input is
+UTF-8 (a BOM and ``\\r\\n`` line ends are accepted); ``--output`` is written only when every line was
+translated.
 """
 
 from __future__ import annotations
@@ -62,15 +65,26 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]
     return translator, cfg, path
 
 
-def check_lengths(translator: Translator, lines: Sequence[str], name: str, first: int = 1) -> None:
-    """With ``on_too_long=reject``: a DataError naming ``name:line`` of the first source that is too long."""
+def target_language(cfg: Config, asked: str | None) -> str | None:
+    """``--target-lang`` checked against the model's: the tag language to ask for, None for a one-target model."""
+    from mt.data.languages import check_target
+
+    return check_target(cfg.data, asked)
+
+
+def check_lengths(
+    translator: Translator, lines: Sequence[str], name: str, first: int = 1, target: str | None = None
+) -> None:
+    """With ``on_too_long=reject``: a DataError naming ``name:line`` of the first source that is too long
+    (a target-language tag counts)."""
     from mt.data import DataError
 
     limit = translator.max_src_len
     if translator.cfg.on_too_long != "reject" or limit is None:
         return
+    tag = len(translator.target_tag(target))
     for number, line in enumerate(lines, start=first):
-        pieces = len(translator.tokenizers.src.encode(line)) if line.strip() else 0
+        pieces = tag + len(translator.tokenizers.src.encode(line)) if line.strip() else 0
         if pieces > limit:
             raise DataError(
                 f"{name}:{number}: {pieces} source pieces, more than the model's {limit} (--on-too-long reject); "
@@ -95,18 +109,21 @@ def output_nbest(translator: Translator) -> int:
     return translator.cfg.nbest if translator.cfg.strategy == "beam" else 1
 
 
-def write_all(translator: Translator, lines: Sequence[str], out: TextIO, progress: bool) -> None:
+def write_all(
+    translator: Translator, lines: Sequence[str], out: TextIO, progress: bool, target: str | None = None
+) -> None:
     nbest = output_nbest(translator)
-    for number, translation in enumerate(translator.translate_nbest(lines, progress=progress), start=1):
+    translations = translator.translate_nbest(lines, progress=progress, target_lang=target)
+    for number, translation in enumerate(translations, start=1):
         out.write(format_output(translation, number, nbest))
 
 
-def interactive(translator: Translator, lines: Iterable[str], out: TextIO) -> None:
+def interactive(translator: Translator, lines: Iterable[str], out: TextIO, target: str | None = None) -> None:
     """Translate each line as it is typed (Ctrl-D ends)."""
     nbest = output_nbest(translator)
     for number, line in enumerate(lines, start=1):
-        check_lengths(translator, [line], "<stdin>", first=number)
-        out.write(format_output(translator.translate_nbest([line])[0], number, nbest))
+        check_lengths(translator, [line], "<stdin>", first=number, target=target)
+        out.write(format_output(translator.translate_nbest([line], target_lang=target)[0], number, nbest))
         out.flush()
 
 
@@ -127,19 +144,21 @@ def translate(args: argparse.Namespace) -> None:
         check_input_file(args.input, "--input")
     if args.output is not None:
         check_output_file(args.output, "--output")
-    translator, _, path = load_translator(args)
-    print(f"mt-translate: {path} on {translator.device}, {translator.cfg}", file=sys.stderr)
+    translator, cfg, path = load_translator(args)
+    target = target_language(cfg, args.target_lang)
+    into = f", into {target}" if target is not None else ""
+    print(f"mt-translate: {path} on {translator.device}{into}, {translator.cfg}", file=sys.stderr)
     if args.input is None and sys.stdin.isatty():
         from mt.data import read_stream
 
         print("type a sentence per line (Ctrl-D to quit)", file=sys.stderr)
         with atomic_output(args.output) as out:
-            interactive(translator, read_stream(sys.stdin.buffer, "<stdin>"), out)
+            interactive(translator, read_stream(sys.stdin.buffer, "<stdin>"), out, target)
         return
     lines, name = read_input(args.input)
-    check_lengths(translator, lines, name)
+    check_lengths(translator, lines, name, target=target)
     with atomic_output(args.output) as out:
-        write_all(translator, lines, out, progress=args.input is not None)
+        write_all(translator, lines, out, progress=args.input is not None, target=target)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -148,6 +167,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_model_args(parser)
     parser.add_argument("--input", type=Path, help="input file, plain or .gz (default: stdin)")
     parser.add_argument("--output", type=Path, help="output file (default: stdout)")
+    parser.add_argument("--target-lang", metavar="LANG",
+                        help="target language of a model with several (e.g. fr; required for one); "
+                             "a one-target model accepts only its own")
     add_decode_args(parser)
     return parser.parse_args(argv)
 

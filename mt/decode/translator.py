@@ -56,6 +56,18 @@ def collate_sources(sources: Sequence[list[int]], device: torch.device | str) ->
     return src, src == PAD_ID
 
 
+Targets = str | Sequence[str | None] | None  # one target language for every line, one per line, or none
+
+
+def line_targets(target_lang: Targets, count: int) -> list[str | None]:
+    """The target language of each of ``count`` lines (None: no tag)."""
+    if target_lang is None or isinstance(target_lang, str):
+        return [target_lang] * count
+    if len(target_lang) != count:
+        raise ValueError(f"{len(target_lang)} target languages for {count} lines")
+    return list(target_lang)
+
+
 class Translator:
     """Translate text with a trained model (in eval mode while translating, under inference_mode).
 
@@ -92,15 +104,16 @@ class Translator:
             max_src_len = max_positions - 1  # the source's EOS takes a position too
         self.max_src_len = max_src_len
 
-    def translate(self, lines: Sequence[str], progress: bool = False, target_lang: str | None = None) -> list[str]:
+    def translate(self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None) -> list[str]:
         """The best translation of every line, in input order (empty line -> empty line).
 
-        ``target_lang`` (a multilingual model's target, e.g. ``fr``) puts its tag before every source.
+        ``target_lang`` (a multilingual model's target, e.g. ``fr``) puts its tag before every source; a
+        sequence of them (one per line) asks each line for its own target, in one batch.
         """
         return [t.text for t in self.translate_nbest(lines, progress, target_lang)]
 
     def translate_nbest(
-        self, lines: Sequence[str], progress: bool = False, target_lang: str | None = None
+        self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None
     ) -> list[Translation]:
         """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line."""
         sources = self.encode_lines(lines, target_lang)
@@ -150,15 +163,16 @@ class Translator:
             raise LanguageError(f"this model has no target-language tag {lang_tag(target_lang)}")
         return [tag]
 
-    def encode_lines(self, lines: Sequence[str], target_lang: str | None = None) -> list[list[int]]:
+    def encode_lines(self, lines: Sequence[str], target_lang: Targets = None) -> list[list[int]]:
         """Source pieces per line ([] for an empty line), too-long ones truncated or rejected.
 
-        With ``target_lang`` each non-empty line starts with that language's tag (counted in the length).
+        With ``target_lang`` each non-empty line starts with its language's tag (counted in the length).
         """
-        tag = self.target_tag(target_lang)
+        targets = line_targets(target_lang, len(lines))
+        tags = {lang: self.target_tag(lang) for lang in set(targets)}
         sources = []
-        for number, line in enumerate(lines, start=1):
-            ids = tag + self.tokenizers.src.encode(line) if line.strip() else []
+        for number, (line, lang) in enumerate(zip(lines, targets, strict=True), start=1):
+            ids = tags[lang] + self.tokenizers.src.encode(line) if line.strip() else []
             limit = self.max_src_len
             if limit is not None and len(ids) > limit:
                 what = f"line {number}: {len(ids)} source pieces, more than the model's {limit}"

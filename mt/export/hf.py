@@ -17,6 +17,12 @@ differences the export removes:
 Generation: PAD, BOS and the embedding's padding ids are ``suppress_tokens`` (applied after the
 log-softmax in beam search, as mt bans them), EOS is forced at ``max_length`` as mt forces it.
 Pre-LN models are refused: Marian has no ``normalize_before``.
+
+A model of several target languages keeps its tags (``>>fr<<``) in the vocabulary; ``MarianTokenizer``
+splits a leading ``>>fr<<`` off a line and encodes the rest, `` text`` with its space. mt's SentencePiece
+keeps spaces as written, so the exported ``source.spm`` of such a model drops extra whitespace instead:
+``">>fr<< text"`` then gives mt's ``[>>fr<<] + encode("text")`` (runs of spaces inside a line become
+one, where mt keeps them).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from mt.data.languages import is_multilingual, source_languages, target_languages
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mt.export.common import (
     ExportError,
@@ -179,13 +186,29 @@ def generation_config(source: ExportSource, defaults: SearchDefaults):
     )
 
 
+def without_extra_whitespace(model_proto: bytes) -> bytes:
+    """A SentencePiece model that drops leading, trailing and repeated whitespace before encoding."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model_proto)
+    proto.normalizer_spec.remove_extra_whitespaces = True
+    return proto.SerializeToString()
+
+
+def source_spm(source: ExportSource) -> bytes:
+    """``source.spm``: mt's source model, made to read ``>>fr<< text`` for a model of several targets."""
+    proto = source.tokenizers.src.model_proto
+    return without_extra_whitespace(proto) if is_multilingual(source.cfg.data) else proto
+
+
 def write_tokenizer(source: ExportSource, out: Path) -> None:
     """``MarianTokenizer`` files: both SentencePiece models, the piece -> id vocabularies, the config."""
     transformers = need("transformers", "hf")
     tok = source.tokenizers
     tmp = out / ".tokenizer"
     tmp.mkdir()
-    tok.src.save(tmp / "source.spm")
+    (tmp / "source.spm").write_bytes(source_spm(source))
     tok.tgt.save(tmp / "target.spm")
     vocab = {piece: i for i, piece in enumerate(pieces(tok.src))}
     (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -200,8 +223,8 @@ def write_tokenizer(source: ExportSource, out: Path) -> None:
         vocab=str(tmp / "vocab.json"),
         target_vocab_file=None if target_vocab is None else str(target_vocab),
         separate_vocabs=not tok.joint,
-        source_lang=source.cfg.data.src_lang,
-        target_lang=source.cfg.data.tgt_lang,
+        source_lang=source_languages(source.cfg.data)[0],
+        target_lang=None if is_multilingual(source.cfg.data) else target_languages(source.cfg.data)[0],
         model_max_length=source.cfg.model.max_positions,  # pieces + </s>
         clean_up_tokenization_spaces=False,  # " ." stays " .", as SentencePiece decodes it
     )

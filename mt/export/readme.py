@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mt.data.languages import data_pairs, is_multilingual, lang_tag, target_languages
 from mt.export.common import ExportSource, SearchDefaults
 
 
@@ -16,8 +17,26 @@ def _origin(source: ExportSource) -> str:
         f"d_model {m.d_model}, {m.heads} heads{kv_heads}, {'Pre' if m.pre_ln else 'Post'}-LN ({m.norm}), "
         f"{m.activation}, "
         f"{m.positions} positions (up to {m.max_positions}), {vocab} "
-        f"({source.cfg.data.src_lang} -> {source.cfg.data.tgt_lang})."
+        f"({', '.join(f'{p.src} -> {p.tgt}' for p in data_pairs(source.cfg.data))})."
     )
+
+
+def _targets(source: ExportSource, how: str) -> str:
+    """For a model of several target languages: which, and how to ask for one (empty otherwise)."""
+    if not is_multilingual(source.cfg.data):
+        return ""
+    targets = target_languages(source.cfg.data)
+    tags = ", ".join(f"`{lang_tag(t)}`" for t in targets)
+    return (
+        f"\n\nTarget languages: {', '.join(targets)}. A source names its target with a tag first, "
+        f"{tags} (each a vocabulary piece of its own, never split): {how}. `mt-translate --target-lang "
+        f"{targets[-1]}` adds the same tag."
+    )
+
+
+def _example_tag(source: ExportSource) -> str:
+    """The example's tag: the last target language's (``""`` for a model of one target)."""
+    return lang_tag(target_languages(source.cfg.data)[-1]) if is_multilingual(source.cfg.data) else ""
 
 
 def _notes(lines: list[str]) -> str:
@@ -42,9 +61,12 @@ def ct2_readme(source: ExportSource, defaults: SearchDefaults, quantization: str
         "mt answers an empty line with an empty line without decoding it; skip empty lines likewise.",
         *defaults.notes,
     ]
+    tag = _example_tag(source)
+    tokens = f'["{tag}"] + ' if tag else ""
+    how = f'the tokens of a line into {tag[2:-2]} are `["{tag}"] + pieces`'
     return f"""# CTranslate2 model
 
-{_origin(source)} Weights: {quantization or 'as stored (float32)'}.
+{_origin(source)} Weights: {quantization or 'as stored (float32)'}.{_targets(source, how)}
 
 ```python
 import ctranslate2
@@ -55,7 +77,7 @@ target_sp = spm.SentencePieceProcessor(model_file="{tgt_model}")
 translator = ctranslate2.Translator(".", device="cpu")  # this directory
 lines = ["..."]
 results = translator.translate_batch(
-    [source_sp.encode(line, out_type=str) for line in lines],
+    [{tokens}source_sp.encode(line, out_type=str) for line in lines],
     beam_size={defaults.beam_size},
     length_penalty={defaults.length_penalty},
     max_decoding_length={defaults.max_output_pieces},
@@ -87,16 +109,21 @@ def hf_readme(source: ExportSource, defaults: SearchDefaults) -> str:
         "The `translation` pipeline was removed in transformers 5; use `generate` as above.",
         *defaults.notes,
     ]
+    tag = _example_tag(source)
+    how = (
+        f"`MarianTokenizer` turns a leading `{tag}` into that piece and encodes the rest of the line "
+        f"(`source.spm` drops the space after the tag, and runs of spaces, which mt keeps)"
+    )
     return f"""# Hugging Face MarianMTModel
 
-{_origin(source)}
+{_origin(source)}{_targets(source, how)}
 
 ```python
 from transformers import MarianMTModel, MarianTokenizer
 
 tokenizer = MarianTokenizer.from_pretrained(".")  # this directory; AutoTokenizer works too
 model = MarianMTModel.from_pretrained(".").eval()
-lines = ["..."]
+lines = ["{tag + ' ' if tag else ''}..."]
 batch = tokenizer(lines, return_tensors="pt", padding=True)  # pieces + </s>
 output = model.generate(**batch)  # generation_config.json: num_beams={defaults.beam_size}, ...
 print(tokenizer.batch_decode(output, skip_special_tokens=True))

@@ -83,7 +83,8 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
 
     app = FastAPI(
         title="mt-serve",
-        summary=f"Machine translation {engine.source_lang} -> {engine.target_lang}",  # no model path: it is public
+        # no model path: it is public
+        summary=f"Machine translation {engine.source_lang} -> {', '.join(engine.target_langs)}",
         description="LibreTranslate-compatible `/translate` and `/languages`, mt's `/v1/translate` with decoding "
         "options, `/health`, Prometheus `/metrics`. Lines of concurrent requests are decoded together.",
         lifespan=lifespan,

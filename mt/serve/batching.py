@@ -1,10 +1,12 @@
 """Dynamic batching: one worker thread owns the engine and decodes the lines of concurrent requests together.
 
-The asyncio front ``submit``s a ``Job`` (a request's lines, its options, its token cost, a future) into
-a bounded queue and awaits the future; it never decodes. The worker takes the oldest job, then gathers
-later jobs with the same options (the batching key) in arrival order while their cost fits
-``max_batch_tokens``, waiting at most ``max_wait_ms`` for more to arrive; decodes all their lines in one
-``engine.translate`` call; and resolves each job's future with its own slice of the outputs, in order,
+The asyncio front ``submit``s a ``Job`` (a request's lines, its options, its target language, its token
+cost, a future) into a bounded queue and awaits the future; it never decodes. The worker takes the oldest
+job, then gathers later jobs with the same options (the batching key) in arrival order while their cost
+fits ``max_batch_tokens``, waiting at most ``max_wait_ms`` for more to arrive; decodes all their lines in
+one ``engine.translate`` call, each line with its own job's target (a model of several target languages
+reads the target as a tag in the source ids, so jobs for different targets share a batch); and resolves
+each job's future with its own slice of the outputs, in order,
 through ``loop.call_soon_threadsafe``. mt's decoder gives a sentence the same output whatever else is
 in its batch, so an answer does not depend on its neighbours. Sampling jobs are never merged (the
 sampling generator's draws depend on the batch). A failing batch fails its jobs only; jobs whose
@@ -48,6 +50,7 @@ class Job:
     mergeable: bool  # False: decoded in a batch of its own (sampling)
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
+    target: str | None = None  # the tag language of a model of several targets (None: no tag)
     queued_at: float = field(default_factory=time.monotonic)
 
 
@@ -112,7 +115,7 @@ class BatchingWorker:
 
         torch.set_num_threads(self.threads)
         try:
-            self.engine.translate([WARM_UP_LINE], Options())
+            self.engine.translate([WARM_UP_LINE], Options(), [warm_up_target(self.engine)])
         except Exception as e:  # noqa: BLE001  (reported by /health; the server stays up to say why)
             self.warmup_error = e
         else:
@@ -163,9 +166,10 @@ class BatchingWorker:
         if not batch:
             return
         lines = [line for job in batch for line in job.lines]
+        targets = [job.target for job in batch for _ in job.lines]
         start = time.monotonic()
         try:
-            outputs = self.engine.translate(lines, batch[0].options)
+            outputs = self.engine.translate(lines, batch[0].options, targets)
         except Exception as e:  # noqa: BLE001  (one bad batch fails its requests, not the server)
             for job in batch:
                 _resolve(job, BatchFailed(f"{type(e).__name__}: {e}"))
@@ -178,6 +182,11 @@ class BatchingWorker:
             failed = False
         self._last_batch_s = time.monotonic() - start
         self.on_batch(BatchReport(len(batch), outputs, self._last_batch_s, failed))
+
+
+def warm_up_target(engine: Engine) -> str | None:
+    """The warm-up line's target: the first of a tagged engine's, else none."""
+    return engine.target_langs[0] if engine.tagged else None
 
 
 def _resolve(job: Job, result: list[Output] | BaseException) -> None:

@@ -6,7 +6,9 @@ penalty, the decoding limit, ``max_input_length``); they are the engine's defaul
 decoding flags override them. Sources are raw pieces (the model adds ``</s>``), as the README says.
 CTranslate2 has one length limit per call, not mt's ``a * |src| + b``, so the export's single limit is
 used for every batch (an answer never depends on its batch's longest line), and only the ``length``
-penalty (or none) exists: a request or flag asking for ``gnmt`` is refused.
+penalty (or none) exists: a request or flag asking for ``gnmt`` is refused. An export of several target
+languages holds their tags (``>>fr<<``) in its SentencePiece model: those are the languages served, and a
+line into ``fr`` is the tokens ``[">>fr<<"] + pieces``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mt.config import DecodeConfig, validate_group
-from mt.data import Tokenizers
+from mt.data import Tokenizer, Tokenizers
+from mt.data.languages import lang_tag
 from mt.errors import UserError
 from mt.serve.engine import Options, Output, resolve
 
@@ -37,21 +40,46 @@ def readme_defaults(directory: Path) -> dict[str, int | float]:
     return found
 
 
+TAG = re.compile(r">>(.+)<<")
+
+
+def tag_languages(tokenizer: Tokenizer) -> list[str]:
+    """The target languages whose tags (``>>fr<<``) are pieces of ``tokenizer``, in its order."""
+    pieces = (tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size))
+    return [m.group(1) for m in map(TAG.fullmatch, pieces) if m is not None]
+
+
+def served_targets(tokenizer: Tokenizer, target_lang: str | None) -> tuple[list[str], bool]:
+    """(target languages, tagged): the export's tag languages, else ``target_lang`` (default ``de``)."""
+    tagged = tag_languages(tokenizer)
+    if not tagged:
+        return [target_lang or "de"], False
+    if target_lang is not None and target_lang not in tagged:
+        raise UserError(f"--target-lang {target_lang}: this export translates into {', '.join(tagged)}")
+    return tagged, True
+
+
 class Ct2Engine:
     """A CTranslate2 translator with the export's tokenizers; one worker thread calls ``translate``."""
 
     def __init__(self, directory: Path, translator, tokenizers: Tokenizers, defaults: DecodeConfig,
-                 max_src_len: int, max_decoding_length: int, source_lang: str, target_lang: str) -> None:
+                 max_src_len: int, max_decoding_length: int, source_lang: str, target_langs: list[str],
+                 tagged: bool = False) -> None:
         self.directory, self.description = directory, f"{directory} (CTranslate2)"
         self.translator, self.tokenizers, self.defaults = translator, tokenizers, defaults
         self._max_src_len, self.max_decoding_length = max_src_len, max_decoding_length
-        self.source_lang, self.target_lang = source_lang, target_lang
+        self.source_lang, self.target_langs, self.tagged = source_lang, target_langs, tagged
         tgt = tokenizers.tgt
         self._piece_ids = {tgt.id_to_piece(i): i for i in range(tgt.vocab_size)}
 
     @classmethod
-    def load(cls, directory: Path, overrides: dict, threads: int, source_lang: str, target_lang: str) -> Ct2Engine:
-        """The export in ``directory``; ``overrides`` (DecodeConfig fields, from flags) override the README's."""
+    def load(
+        cls, directory: Path, overrides: dict, threads: int, source_lang: str, target_lang: str | None
+    ) -> Ct2Engine:
+        """The export in ``directory``; ``overrides`` (DecodeConfig fields, from flags) override the README's.
+
+        ``target_lang`` names a one-target export's language; an export of several serves its tags' languages.
+        """
         import ctranslate2
 
         if not (directory / "model.bin").is_file():
@@ -68,8 +96,10 @@ class Ct2Engine:
         defaults = validate_group("decode", dataclasses.replace(DecodeConfig(), **{**readme, **overrides}))
         translator = ctranslate2.Translator(str(directory), device="cpu", intra_threads=threads, inter_threads=1)
         max_src_len = int(found["max_input_length"]) - 1  # the model's positions hold the pieces and </s>
-        engine = cls(directory, translator, Tokenizers.load(directory), defaults, max_src_len,
-                     int(found["max_decoding_length"]), source_lang, target_lang)
+        tokenizers = Tokenizers.load(directory)
+        targets, tagged = served_targets(tokenizers.src, target_lang)
+        engine = cls(directory, translator, tokenizers, defaults, max_src_len,
+                     int(found["max_decoding_length"]), source_lang, targets, tagged)
         engine.settings(Options())  # the defaults themselves must be servable
         return engine
 
@@ -87,12 +117,17 @@ class Ct2Engine:
             raise UserError("CTranslate2 has no GNMT length penalty: use length (|Y|^alpha) or none")
         return cfg
 
-    def count_pieces(self, line: str) -> int:
-        return len(self.tokenizers.src.encode(line)) if line.strip() else 0
+    def count_pieces(self, line: str, target: str | None = None) -> int:
+        return len(self._tag(target)) + len(self.tokenizers.src.encode(line)) if line.strip() else 0
 
-    def _pieces(self, line: str) -> list[str]:
-        ids = self.tokenizers.src.encode(line)[: self._max_src_len]  # truncated; a rejected line never gets here
-        return [self.tokenizers.src.id_to_piece(i) for i in ids]
+    @staticmethod
+    def _tag(target: str | None) -> list[str]:
+        return [lang_tag(target)] if target is not None else []
+
+    def _pieces(self, line: str, target: str | None) -> list[str]:
+        """``[tag] + pieces``, truncated as mt truncates (a rejected line never gets here)."""
+        pieces = [self.tokenizers.src.id_to_piece(i) for i in self.tokenizers.src.encode(line)]
+        return (self._tag(target) + pieces)[: self._max_src_len]
 
     def search_options(self, cfg: DecodeConfig) -> dict:
         """``translate_batch`` keyword arguments for ``cfg``."""
@@ -105,12 +140,15 @@ class Ct2Engine:
         alpha = cfg.alpha if cfg.length_penalty == "length" and beam > 1 else 0.0
         return {**options, "beam_size": beam, "num_hypotheses": cfg.nbest if beam > 1 else 1, "length_penalty": alpha}
 
-    def translate(self, lines: Sequence[str], options: Options) -> list[Output]:
+    def translate(
+        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None
+    ) -> list[Output]:
         todo = [i for i, line in enumerate(lines) if line.strip()]
         outputs = [Output([], [], 0, 0) for _ in lines]
         if not todo:
             return outputs
-        sources = [self._pieces(lines[i]) for i in todo]
+        targets = list(targets) if targets is not None else [None] * len(lines)
+        sources = [self._pieces(lines[i], targets[i]) for i in todo]
         results = self.translator.translate_batch(sources, **self.search_options(self.settings(options)))
         tgt = self.tokenizers.tgt
         for i, source, result in zip(todo, sources, results, strict=True):

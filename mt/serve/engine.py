@@ -2,7 +2,9 @@
 
 ``TorchEngine`` wraps mt's ``Translator``; ``mt.serve.ct2_engine.Ct2Engine`` a CTranslate2 export.
 Requests choose a few decoding options (``Options``); the engine resolves them against its defaults
-into a ``DecodeConfig`` validated like any config, so a bad value is a 400 naming the option.
+into a ``DecodeConfig`` validated like any config, so a bad value is a 400 naming the option. A model
+of several target languages (``tagged``) reads each line's target as a tag before its source: the
+engine takes one target per line, so lines for different targets share a batch.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class Engine(Protocol):
     """A model the worker can decode with; every method but ``translate`` is cheap and thread-safe."""
 
     source_lang: str
-    target_lang: str
+    target_langs: list[str]  # what requests may ask for, in the model's order
+    tagged: bool  # several target languages: each line's target is a tag before its source
     description: str  # what is served, for the log and /v1/model
 
     @property
@@ -67,17 +70,23 @@ class Engine(Protocol):
 
     def settings(self, options: Options) -> DecodeConfig: ...
 
-    def count_pieces(self, line: str) -> int: ...
+    def count_pieces(self, line: str, target: str | None = None) -> int: ...  # the tag included
 
-    def translate(self, lines: Sequence[str], options: Options) -> list[Output]: ...
+    def translate(
+        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None
+    ) -> list[Output]: ...  # ``targets``: each line's tag language (None: no tag)
 
 
 class TorchEngine:
     """An mt checkpoint through ``Translator`` (the same code path, and so the same output, as mt-translate)."""
 
-    def __init__(self, translator: Translator, source_lang: str, target_lang: str, description: str) -> None:
+    def __init__(
+        self, translator: Translator, source_lang: str, target_langs: Sequence[str], description: str,
+        *, tagged: bool = False,
+    ) -> None:
         self.translator = translator
-        self.source_lang, self.target_lang, self.description = source_lang, target_lang, description
+        self.source_lang, self.target_langs, self.description = source_lang, list(target_langs), description
+        self.tagged = tagged
 
     @property
     def max_src_len(self) -> int | None:
@@ -90,14 +99,18 @@ class TorchEngine:
     def settings(self, options: Options) -> DecodeConfig:
         return resolve(self.translator.cfg, options)
 
-    def count_pieces(self, line: str) -> int:
-        return len(self.translator.tokenizers.src.encode(line)) if line.strip() else 0
+    def count_pieces(self, line: str, target: str | None = None) -> int:
+        if not line.strip():
+            return 0
+        return len(self.translator.target_tag(target)) + len(self.translator.tokenizers.src.encode(line))
 
-    def translate(self, lines: Sequence[str], options: Options) -> list[Output]:
+    def translate(
+        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None
+    ) -> list[Output]:
         t = self.translator
         translator = Translator(t.model, t.tokenizers, self.settings(options), t.device,
                                 max_positions=t.max_positions, max_src_len=t.max_src_len)
         return [
             Output(tr.texts, [h.score for h in tr.hypotheses], tr.src_tokens, tr.tgt_tokens)
-            for tr in translator.translate_nbest(lines)
+            for tr in translator.translate_nbest(lines, target_lang=targets)
         ]

@@ -40,22 +40,26 @@ class Front:
         if not self.worker.ready.is_set():
             raise ApiError(503, "the model is warming up; retry shortly", {"Retry-After": "1"})
 
-    def job(self, lines: Sequence[str], options: Options) -> Job:
-        """A job for ``lines``: options resolved (400 if invalid), lengths checked, its batch cost counted."""
+    def job(self, lines: Sequence[str], options: Options, target: str | None = None) -> Job:
+        """A job for ``lines`` into ``target`` (a tag language, or None): options resolved (400 if invalid),
+        lengths checked, its batch cost counted."""
         try:
             cfg = self.engine.settings(options)
         except UserError as e:
             raise bad_request(f"Invalid request: {e}") from None
         if cfg.strategy == "beam" and cfg.beam_size > self.settings.max_beam:
             raise bad_request(f"beam {cfg.beam_size} is more than --max-beam {self.settings.max_beam}")
-        cost = sum(line_costs(self.engine, lines, rows_per_line(cfg)))
+        cost = sum(line_costs(self.engine, lines, rows_per_line(cfg), target))
         loop = asyncio.get_running_loop()
-        return Job(list(lines), options, cost, cfg.strategy != "sample", loop, loop.create_future())
+        return Job(list(lines), options, cost, cfg.strategy != "sample", loop, loop.create_future(), target)
 
-    async def translate(self, request: Request, lines: Sequence[str], options: Options) -> list[Output]:
-        """The outputs of ``lines`` in order; ApiError for a refusal (429, 500, 504), ClientLeft if the client left."""
+    async def translate(
+        self, request: Request, lines: Sequence[str], options: Options, target: str | None = None
+    ) -> list[Output]:
+        """The outputs of ``lines`` (into ``target``, a tag language or None) in order; ApiError for a refusal
+        (429, 500, 504), ClientLeft if the client left."""
         self.check_ready()
-        job = self.job(lines, options)
+        job = self.job(lines, options, target)
         try:
             self.worker.submit(job)
         except QueueFull as e:

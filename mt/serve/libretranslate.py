@@ -160,16 +160,28 @@ def parse_text_request(params: dict[str, Any], max_lines: int, default_source: s
     return TextRequest(items, is_list, source, target)
 
 
-def check_languages(source: str, target: str, source_lang: str, target_lang: str) -> None:
-    """LibreTranslate's 400s: ``xx is not supported`` for a language pair the model does not translate."""
-    for asked, ok in ((source, ("auto", source_lang)), (target, (target_lang,))):
+def check_languages(
+    source: str, target: str | None, source_lang: str, target_langs: list[str], tagged: bool
+) -> str | None:
+    """LibreTranslate's 400s: ``xx is not supported`` for a language pair the model does not translate.
+
+    Returns the language whose tag the sources need (``tagged``: a model of several targets), else None.
+    ``target`` None (mt's /v1/translate without one) is the model's own target, or a 400 when it has several.
+    """
+    pairs = f"this model translates {source_lang} -> {', '.join(target_langs)}"
+    if target is None:
+        if tagged:
+            raise bad_request(f"Invalid request: missing target parameter ({pairs})")
+        target = target_langs[0]
+    for asked, ok in ((source, ("auto", source_lang)), (target, target_langs)):
         if asked not in ok:
-            raise bad_request(f"{asked} is not supported (this model translates {source_lang} -> {target_lang})")
+            raise bad_request(f"{asked} is not supported ({pairs})")
+    return target if tagged else None
 
 
-def languages(source_lang: str, target_lang: str) -> list[dict[str, Any]]:
-    """GET /languages: the model's pair in LibreTranslate's shape."""
+def languages(source_lang: str, target_langs: list[str]) -> list[dict[str, Any]]:
+    """GET /languages: the model's source with its targets, then each target (translating into nothing)."""
     return [
-        {"code": source_lang, "name": language_name(source_lang), "targets": [target_lang]},
-        {"code": target_lang, "name": language_name(target_lang), "targets": []},
+        {"code": source_lang, "name": language_name(source_lang), "targets": list(target_langs)},
+        *({"code": t, "name": language_name(t), "targets": []} for t in target_langs),
     ]

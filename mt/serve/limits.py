@@ -54,15 +54,16 @@ def check_line_count(count: int, max_lines: int) -> None:
         raise bad_request(f"{count} lines in one request, more than --max-lines {max_lines}")
 
 
-def line_costs(engine: Engine, lines: Sequence[str], rows: int) -> list[int]:
-    """Each line's batch cost (pieces, truncated to the model's limit, + EOS) x ``rows``; 0 for an empty line.
+def line_costs(engine: Engine, lines: Sequence[str], rows: int, target: str | None = None) -> list[int]:
+    """Each line's batch cost (pieces with ``target``'s tag, truncated to the model's limit, + EOS) x ``rows``;
+    0 for an empty line.
 
     With ``on_too_long=reject`` a line over the limit is a 400 naming it, as mt-translate names the file line.
     """
     limit = engine.max_src_len
     costs = []
     for number, line in enumerate(lines, start=1):
-        pieces = engine.count_pieces(line)
+        pieces = engine.count_pieces(line, target)
         if limit is not None and pieces > limit:
             if engine.on_too_long == "reject":
                 raise bad_request(

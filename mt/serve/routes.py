@@ -71,9 +71,10 @@ async def translate(request: Request) -> Any:
     params = await read_params(request)
     check_api_key(params.get("api_key"), service.settings.api_keys)
     text = parse_text_request(params, service.settings.max_lines, default_source="auto")
-    check_languages(text.source, text.target, service.engine.source_lang, service.engine.target_lang)
+    engine = service.engine
+    tag = check_languages(text.source, text.target, engine.source_lang, engine.target_langs, engine.tagged)
     try:
-        outputs = await service.translate(request, text.lines, Options())
+        outputs = await service.translate(request, text.lines, Options(), tag)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
     answer: dict[str, Any] = {"translatedText": text.shape([o.text for o in outputs])}
@@ -122,10 +123,10 @@ async def translate_v1(request: Request) -> Any:
     lines = [line for item in items for line in item]
     check_line_count(len(lines), service.settings.max_lines)
     engine = service.engine
-    check_languages(req.source, req.target or engine.target_lang, engine.source_lang, engine.target_lang)
+    tag = check_languages(req.source, req.target or None, engine.source_lang, engine.target_langs, engine.tagged)
     options = Options(req.strategy, req.beam, req.nbest, req.alpha)
     try:
-        outputs = await service.translate(request, lines, options)
+        outputs = await service.translate(request, lines, options, tag)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
     cfg = engine.settings(options)
@@ -142,7 +143,7 @@ async def translate_v1(request: Request) -> Any:
 @router.get("/languages", response_model=list[Language], summary="Languages (LibreTranslate-compatible)")
 async def get_languages(request: Request) -> Any:
     engine = front(request).engine
-    return languages(engine.source_lang, engine.target_lang)
+    return languages(engine.source_lang, engine.target_langs)
 
 
 @router.get("/health", response_model=Health, responses={503: {"model": Health}, 500: {"model": ErrorResponse}},

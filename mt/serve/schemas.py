@@ -56,7 +56,7 @@ class TranslateV1Request(BaseModel):
 
     q: str | list[str] = Field(description="lines: a list, or a string split at line breaks")
     source: str = "auto"
-    target: str | None = Field(None, description="target language code (default: the model's)")
+    target: str | None = Field(None, description="target language code (default: the model's; needed with several)")
     strategy: Literal["beam", "greedy", "sample"] | None = None
     beam: int | None = Field(None, ge=1)
     nbest: int | None = Field(None, ge=1)

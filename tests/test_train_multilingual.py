@@ -116,3 +116,22 @@ def test_mt_eval_of_files_asks_which_pair(run, tmp_path: Path, capsys) -> None:
     assert "--pair" in capsys.readouterr().err
     assert evaluate_cli.main([*files, "--pair", "en-fr", "--name", "f"]) == 0
     assert json.loads((tmp_path / "f.en-fr.json").read_text())["data"]["target_lang"] == "fr"
+
+
+def test_mt_eval_reject_counts_the_tag(run, tmp_path: Path, monkeypatch, capsys) -> None:
+    _, summary, _ = run
+    line = "twenty-one"
+    real = evaluate_cli.load_translator
+
+    def tight(args):  # a source limit the line meets alone, not with its target tag
+        translator, cfg, path = real(args)
+        translator.max_src_len = len(translator.tokenizers.src.encode(line))
+        return translator, cfg, path
+
+    monkeypatch.setattr(evaluate_cli, "load_translator", tight)
+    (tmp_path / "src.en").write_text(line + "\n")
+    (tmp_path / "ref.fr").write_text("vingt et un\n")
+    assert evaluate_cli.main(["--ckpt", str(summary.run_dir / "checkpoints" / "best.pt"), "--src",
+                              str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.fr"), "--out-dir",
+                              str(tmp_path), "--pair", "en-fr", "--on-too-long", "reject"]) == 1
+    assert "src.en:1:" in capsys.readouterr().err

@@ -132,12 +132,13 @@ def evaluate_checkpoint(args: argparse.Namespace) -> None:
     for pair in pairs:
         pair_cfg = dataclasses.replace(cfg, data=pair_config(cfg.data, pair))
         sources, refs, data = load_texts(args, pair_cfg)
-        check_lengths(translator, sources, str(args.src) if args.src is not None else f"split {args.split}")
+        target_lang = pair.tgt if is_multilingual(cfg.data) else None
+        where = str(args.src) if args.src is not None else f"split {args.split}"
+        check_lengths(translator, sources, where, target=target_lang)
         name = f"{base}.{pair.name}" if several else base
         reports[pair.name] = report = evaluate_pair(
             args, translator, sources, refs, name=name, checkpoint=checkpoint,
-            data={**data, **({"pair": pair.name} if several else {})},
-            target_lang=pair.tgt if is_multilingual(cfg.data) else None,
+            data={**data, **({"pair": pair.name} if several else {})}, target_lang=target_lang,
         )
         prefix = f"{pair.name}  " if several else ""
         for metric in report["metrics"].values():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import load_script, tiny_config
 
 from mt.cli import evaluate as evaluate_cli
 from mt.eval.scoring import mean_over_pairs
@@ -135,3 +135,24 @@ def test_mt_eval_reject_counts_the_tag(run, tmp_path: Path, monkeypatch, capsys)
                               str(tmp_path / "src.en"), "--ref", str(tmp_path / "ref.fr"), "--out-dir",
                               str(tmp_path), "--pair", "en-fr", "--on-too-long", "reject"]) == 1
     assert "src.en:1:" in capsys.readouterr().err
+
+
+def test_compare_pairs_tables_one_model_against_one_pair_models(run, tmp_path: Path, capsys) -> None:
+    cfg, summary, _ = run
+    single = tiny_config(
+        tmp_path, "experiment=demo", "train.max_updates=2", "train.validate_every=2", "train.save_every=2",
+        "train.valid_bleu=true", "train.valid_bleu_max_sentences=4", "train.test_at_end=true",
+        "train.average_last=0", "decode=greedy", "decode.max_len_b=8",
+    )
+    single_dir = train(single).run_dir
+    compare = load_script("compare_pairs")
+    plot = tmp_path / "curves.png"
+    assert compare.main(["--multi", str(summary.run_dir), "--single", str(single_dir), "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    multi_test = json.loads((summary.run_dir / "test_results.json").read_text())
+    single_test = json.loads((single_dir / "test_results.json").read_text())
+    de = next(line for line in out.splitlines() if line.startswith("| en-de |"))
+    assert f"{single_test['bleu']:.2f} / {single_test['chrf']:.2f}" in de
+    assert f"{multi_test['pairs']['en-de']['bleu']:.2f}" in de
+    assert "| en-fr | - |" in out  # no one-pair model of en-fr given
+    assert "parameters to deploy" in out and plot.stat().st_size > 0

@@ -9,6 +9,7 @@ import pytest
 import torch
 from helpers import load_script, tiny_config
 
+from mt.checkpoint import load_checkpoint
 from mt.cli import evaluate as evaluate_cli
 from mt.eval.scoring import mean_over_pairs
 from mt.train.loop import train
@@ -52,7 +53,7 @@ def test_validation_logs_every_pair_and_their_mean(run) -> None:
 
 def test_best_checkpoint_is_chosen_by_the_mean(run) -> None:
     _, summary, rows = run
-    state = torch.load(summary.run_dir / "checkpoints" / "best.pt", weights_only=False)["train_state"]
+    state = load_checkpoint(summary.run_dir / "checkpoints" / "best.pt")["train_state"]
     valid = [r for r in rows if r["split"] == "valid"]
     best = max(valid, key=lambda r: r["bleu"])  # the first of equal means wins
     assert state["best_metric_name"] == "bleu"

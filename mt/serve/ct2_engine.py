@@ -21,6 +21,7 @@ from pathlib import Path
 from mt.config import DecodeConfig, validate_group
 from mt.data import Tokenizer, Tokenizers
 from mt.data.languages import lang_tag
+from mt.decode.translator import line_targets
 from mt.errors import UserError
 from mt.serve.engine import Options, Output, resolve
 
@@ -147,7 +148,7 @@ class Ct2Engine:
         outputs = [Output([], [], 0, 0) for _ in lines]
         if not todo:
             return outputs
-        targets = list(targets) if targets is not None else [None] * len(lines)
+        targets = line_targets(targets, len(lines))  # as the Translator reads them
         sources = [self._pieces(lines[i], targets[i]) for i in todo]
         results = self.translator.translate_batch(sources, **self.search_options(self.settings(options)))
         tgt = self.tokenizers.tgt

@@ -122,6 +122,9 @@ class OptimConfig:
     lr: float = 5e-4  # inverse_sqrt: peak lr reached at the end of warmup
     warmup_updates: int = 4000
     warmup_init_lr: float = 0.0
+    # none | linear | cosine: multiply the lr by a factor falling from 1 to 0 over the training budget
+    # (train.max_updates or train.max_time_minutes, whichever ends first)
+    budget_decay: str = "none"
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
     weight_decay: float = 0.0

@@ -141,6 +141,7 @@ RULES: dict[str, list[Rule]] = {
         # >= 1, not >= 0: both schedules divide by it (noam) or scale by sqrt(warmup / step); 1 = no warmup
         at_least("warmup_updates", 1, "updates of linear warmup; 1 = none"),
         at_least("warmup_init_lr", 0),
+        one_of("budget_decay", ("none", "linear", "cosine")),
         Rule("betas", lambda v, g: len(v) == 2 and all(0 <= b < 1 for b in v), "must be two values in [0, 1)"),
         positive("eps"),
         at_least("weight_decay", 0),

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mt.config import OptimConfig
+from mt.config import OptimConfig, TrainConfig
 from mt.train.loss import label_smoothed_nll_loss
-from mt.train.schedule import inverse_sqrt_lr, learning_rate, noam_lr
+from mt.train.schedule import budget_factor, budget_progress, inverse_sqrt_lr, learning_rate, noam_lr
 
 
 def test_no_smoothing_is_cross_entropy_sum_over_non_pad():
@@ -149,3 +149,30 @@ def test_chunked_output_loss_under_bf16_autocast_is_close_to_float32():
     assert torch.allclose(bf16[0], ref, rtol=1e-2)
     assert torch.allclose(bf16[1], hidden.grad, rtol=0.05, atol=0.05 * hidden.grad.abs().max().item())
     assert torch.allclose(bf16[2], weight.grad, rtol=0.05, atol=0.05 * weight.grad.abs().max().item())
+
+
+def test_budget_decay_factor_falls_from_one_to_zero():
+    assert budget_factor(0.0, "none") == budget_factor(0.7, "none") == 1.0
+    assert [budget_factor(p, "linear") for p in (0.0, 0.25, 1.0, 2.0)] == [1.0, 0.75, 0.0, 0.0]
+    assert budget_factor(0.5, "cosine") == pytest.approx(0.5)
+    assert budget_factor(1.0, "cosine") == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="budget_decay"):
+        budget_factor(0.1, "step")
+
+
+def test_budget_progress_takes_the_limit_that_ends_first():
+    by_updates = TrainConfig(max_updates=1000, max_time_minutes=0.0)
+    assert budget_progress(250, 10_000.0, by_updates) == 0.25  # no time limit: seconds do not count
+    both = TrainConfig(max_updates=100_000, max_time_minutes=10.0)
+    assert budget_progress(250, 300.0, both) == pytest.approx(0.5)  # 5 of 10 minutes
+    assert budget_progress(90_000, 60.0, both) == pytest.approx(0.9)
+    assert budget_progress(10, 1e9, both) == 1.0
+
+
+def test_learning_rate_multiplies_the_schedule_by_the_budget_factor():
+    plain = OptimConfig(schedule="inverse_sqrt", lr=5e-3, warmup_updates=100)
+    decayed = OptimConfig(schedule="inverse_sqrt", lr=5e-3, warmup_updates=100, budget_decay="linear")
+    for step, progress in ((1, 0.0), (100, 0.1), (400, 0.4), (999, 0.999)):
+        expected = learning_rate(step, plain, 16) * (1 - progress)
+        assert learning_rate(step, decayed, 16, progress) == pytest.approx(expected, rel=1e-12)
+    assert learning_rate(400, plain, 16, progress=0.9) == learning_rate(400, plain, 16)  # none: no decay

@@ -19,7 +19,7 @@ from mt.train.distributed import all_reduce_sum
 from mt.train.metrics_log import MetricsLog, MetricWindow
 from mt.train.optim import set_lr
 from mt.train.progress import Progress
-from mt.train.schedule import learning_rate
+from mt.train.schedule import budget_progress, learning_rate
 from mt.train.signals import GracefulStop
 from mt.train.state import TrainState
 from mt.train.step import StepContext, StepResult, train_step
@@ -108,7 +108,8 @@ class UpdateLoop:
         """Run one update; False when it was skipped (non-finite or out of memory)."""
         cfg, state = self.cfg, self.state
         micro = [batch.to(self.ctx.device) for batch in self.collate_update(group)]
-        lr = learning_rate(state.step + 1, cfg.optim, cfg.model.d_model)
+        progress = budget_progress(state.step, self.clock.elapsed(), cfg.train)
+        lr = learning_rate(state.step + 1, cfg.optim, cfg.model.d_model, progress)
         set_lr(self.ctx.optimizer, lr)
         t0 = time.monotonic()
         result = train_step(self.ctx, micro)

@@ -199,10 +199,11 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
-    """Model (eval mode), tokenizers and typed config from a checkpoint, safely."""
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu", *, pack: bool = False):
+    """Model (eval mode), tokenizers and typed config from a checkpoint, safely. ``pack``: the linears
+    packed for oneDNN on a float32 CPU model (``mt.model.packed_linear``; the state dict is unchanged)."""
     from mt.config import to_config
-    from mt.model import build_model
+    from mt.model import build_model, pack_linears_
 
     state = load_checkpoint(path, map_location="cpu")
     cfg = to_config(state["config"])
@@ -215,6 +216,8 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu"):
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not match the stored model config: {e}") from e
     model.to(device).eval()
+    if pack:
+        pack_linears_(model)
     return model, tokenizers, cfg
 
 

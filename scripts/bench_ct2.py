@@ -132,7 +132,7 @@ def check_against_mt(args: argparse.Namespace, lines: list[str], outputs: dict[s
     from mt.decode import Translator
 
     torch.set_num_threads(args.threads)
-    model, tokenizers, cfg = load_for_inference(args.ckpt)
+    model, tokenizers, cfg = load_for_inference(args.ckpt, pack=True)
     for label, strategy in ((f"beam{beam}", "beam"), ("greedy", "greedy")):
         decode = dataclasses.replace(cfg.decode, strategy=strategy, beam_size=beam, nbest=1,
                                      length_penalty="length" if cfg.decode.length_penalty == "gnmt" else

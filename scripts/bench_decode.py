@@ -61,7 +61,7 @@ def random_model(name: str, vocab: int) -> tuple[torch.nn.Module, object, Decode
 def from_checkpoint(path: Path) -> tuple[torch.nn.Module, object, DecodeConfig, int]:
     from mt.checkpoint import load_for_inference
 
-    model, tokenizers, cfg = load_for_inference(path, "cpu")
+    model, tokenizers, cfg = load_for_inference(path, "cpu", pack=True)
     return model, tokenizers, cfg.decode, cfg.model.max_positions
 
 

@@ -73,11 +73,13 @@ def mt_worker(spec: dict) -> dict:
 
     import torch
 
+    from mt.allocator import keep_freed_memory
     from mt.checkpoint import load_for_inference
     from mt.decode import Translator
 
     torch.set_num_threads(spec["threads"])
-    model, tokenizers, cfg = load_for_inference(spec["ckpt"])
+    keep_freed_memory()  # as mt-translate
+    model, tokenizers, cfg = load_for_inference(spec["ckpt"], pack=True)
     lines = read_lines(Path(spec["input"]), spec["n"])
 
     def translator(search: str) -> Translator:

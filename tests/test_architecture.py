@@ -21,6 +21,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "config": {"errors"},  # mt/config.py and mt/config_rules.py
     "device": {"errors"},
+    "allocator": set(),
     "data": {"errors", "config"},
     "model": {"config"},
     "decode": {"errors", "config", "data", "model"},
@@ -28,8 +29,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "eval": {"errors", "config", "data", "decode"},
     "export": {"errors", "config", "data", "model", "decode", "checkpoint"},
     "serve": {"errors", "config", "data", "model", "decode", "checkpoint"},
-    "train": {"errors", "config", "device", "data", "model", "decode", "checkpoint", "eval"},
-    "cli": {"errors", "config", "device", "data", "model", "decode", "checkpoint", "eval", "export", "serve", "train"},
+    "train": {"errors", "config", "device", "allocator", "data", "model", "decode", "checkpoint", "eval"},
+    "cli": {
+        "errors", "config", "device", "allocator", "data", "model", "decode", "checkpoint", "eval", "export", "serve",
+        "train",
+    },
 }
 
 

@@ -51,6 +51,7 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]
     path = checkpoint_path(args)  # before importing torch: a wrong path fails at once
     import torch
 
+    from mt.allocator import keep_freed_memory
     from mt.checkpoint import load_for_inference
     from mt.config import validate_group
     from mt.decode import Translator
@@ -58,8 +59,9 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    keep_freed_memory()  # the step's logits and caches are reused, not page-faulted in again every step
     device = resolve_device(args.device, key="--device")
-    model, tokenizers, cfg = load_for_inference(path, device)
+    model, tokenizers, cfg = load_for_inference(path, device, pack=True)
     decode = validate_group("decode", decode_config(cfg.decode, args))
     translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)
     return translator, cfg, path

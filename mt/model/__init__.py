@@ -8,6 +8,7 @@ from mt.model.embedding import LearnedPositions, SinusoidalPositions, Transforme
 from mt.model.encoder import Encoder
 from mt.model.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from mt.model.multihead import MultiHeadAttention
+from mt.model.packed_linear import PackedLinear, pack_linears_, packing_supported
 from mt.model.rope import RotaryEmbedding
 from mt.model.seq2seq import Seq2SeqTransformer, build_model, modern_options
 
@@ -26,6 +27,7 @@ __all__ = [
     "LayerKV",
     "LearnedPositions",
     "MultiHeadAttention",
+    "PackedLinear",
     "Residual",
     "RotaryEmbedding",
     "Seq2SeqTransformer",
@@ -36,5 +38,7 @@ __all__ = [
     "causal_mask",
     "grouped_attention",
     "modern_options",
+    "pack_linears_",
+    "packing_supported",
     "sinusoid_table",
 ]

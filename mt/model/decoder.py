@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mt.model.cache import DecoderCache, DecodingState, EncoderOut
 from mt.model.embedding import TransformerEmbedding
 from mt.model.layers import DecoderLayer
+from mt.model.packed_linear import pack_weight, packed_linear
 
 
 class Decoder(nn.Module):
@@ -31,6 +33,17 @@ class Decoder(nn.Module):
         # cached decoding in eval mode runs ``DecoderLayer.step`` (the same ops, fewer Python calls);
         # False runs the modules' ``forward`` instead (the plain path the tests compare it with)
         self.fast_steps = True
+        self.output_packed: Tensor | None = None  # ``pack_output``: the projection packed for oneDNN
+
+    def pack_output(self) -> None:
+        """Pack the output projection for CPU inference (``mt.model.packed_linear``); eval mode only."""
+        self.output_packed = pack_weight(self.output_weight)
+
+    def project(self, x: Tensor) -> Tensor:
+        """The output projection: hidden states (..., D) -> logits (..., V)."""
+        if self.output_packed is not None and not self.training and x.dtype == torch.float32:
+            return packed_linear(x, self.output_packed, None)
+        return F.linear(x, self.output_weight)
 
     @property
     def output_weight(self) -> nn.Parameter:
@@ -63,7 +76,7 @@ class Decoder(nn.Module):
                 x = layer.step(x, enc.out, step, start) if fast else layer(x, enc.out, None, step, start)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return F.linear(x, self.output_weight) if project_output else x  # (B, T, V) or (B, T, D)
+        return self.project(x) if project_output else x  # (B, T, V) or (B, T, D)
 
     def cross_attention_weights(
         self, tgt_in: Tensor, memory: Tensor, memory_pad_mask: Tensor, layer: int = -1

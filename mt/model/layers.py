@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mt.model.attention import AttentionCache
@@ -62,11 +61,11 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(h))
 
     def step(self, x: Tensor) -> Tensor:
-        """``forward`` in inference (no dropout) with the linears as ``F.linear``: the same ops."""
-        h = self.activation(F.linear(x, self.fc1.weight, self.fc1.bias))  # (B, T, hidden)
+        """``forward`` in inference (no dropout): the same ops."""
+        h = self.activation(self.fc1(x))  # (B, T, hidden)
         if self.gate is not None:
-            h = h * F.linear(x, self.gate.weight, self.gate.bias)
-        return F.linear(h, self.fc2.weight, self.fc2.bias)
+            h = h * self.gate(x)
+        return self.fc2(h)
 
 
 class Residual(nn.Module):

@@ -13,7 +13,6 @@ Options, each off by default (the default module, its state_dict keys and its nu
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mt.model.attention import AttentionCache, attention
@@ -115,20 +114,19 @@ class MultiHeadAttention(nn.Module):
 
     def step(self, x: Tensor, memory: Tensor | None, cache: AttentionCache, start: int) -> Tensor:
         """``forward(x, memory, cache=cache, start=start)`` in inference (no dropout), with fewer Python
-        calls per decoding step: the paper's projections as ``F.linear`` of the modules' own weights (the
-        op ``nn.Linear`` runs), so the result is the same bit for bit. x (N, T, D) -> (N, T, D)."""
+        calls per decoding step (the same ops, so the result is the same bit for bit). x (N, T, D) -> (N, T, D)."""
         plain = self.q_norm is None and self.rope is None
         if self.self_attention:
             if self.fused and plain:
-                qkv = F.linear(x, self.qkv.weight, self.qkv.bias)  # (N, T, 3D)
+                qkv = self.qkv(x)  # (N, T, 3D)
                 q, k, v = (self._split_heads(t, self.heads) for t in qkv.split(self.d_model, dim=-1))
             else:
                 q, k, v = self._project(x, None, start)
             out = cache.self_kv(k, v).attend(q)
         else:
-            q = self._split_heads(F.linear(x, self.q.weight, self.q.bias), self.heads) if plain else self._queries(x)
+            q = self._split_heads(self.q(x), self.heads) if plain else self._queries(x)
             out = cache.cross_kv(lambda: self._project_memory(memory)).attend(q)
-        return F.linear(self._merge_heads(out), self.out.weight, self.out.bias)  # (N, T, D)
+        return self.out(self._merge_heads(out))  # (N, T, D)
 
     def attention_weights(
         self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None, is_causal: bool = False

@@ -78,7 +78,7 @@ def average_last(ckpt_dir: Path, n: int) -> Path | None:
 def checkpoint_valid_bleu(checkpoint: Path, split: TokenizedSplit, device: torch.device) -> float:
     """Greedy sacreBLEU of ``checkpoint`` on ``split`` (to choose between best and averaged); the mean over
     the pairs for several language pairs."""
-    model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, device)
+    model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, device, pack=True)
     greedy = validation_decode_config(cfg.decode, beam_size=1)
     multilingual = is_multilingual(cfg.data)
     bleus = [
@@ -100,7 +100,7 @@ def score_on_test(
     ... each pair's, ``pairs`` maps each pair to its ``bleu``, ``chrf`` and ``sentences``; the samples are
     taken from every pair in turn.
     """
-    model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, device)
+    model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, device, pack=True)
     split = split if split is not None else prepare_data(cfg.data, splits=("test",)).splits["test"]
     pairs, multilingual = data_pairs(cfg.data), is_multilingual(cfg.data)
     per_pair, examples = {}, []

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from mt.allocator import keep_freed_memory
 from mt.config import Config
 from mt.data import PAD_ID, PreparedData, TokenBatchSampler, Tokenizers, prepare_data
 from mt.data.languages import data_pairs
 from mt.data.pair_sampling import PairResampler
 from mt.device import resolve_device
 from mt.model import build_model
-from mt.train.allocator import keep_freed_memory
 from mt.train.distributed import DistInfo, barrier, init_distributed
 from mt.train.kernel_cache import bound_kernel_caches
 from mt.train.optim import build_optimizer

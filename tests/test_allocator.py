@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from mt.train import allocator
+from mt import allocator
 
 glibc = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt only"
@@ -18,7 +18,7 @@ glibc = pytest.mark.skipif(
 _FAULTS = """
 import resource, sys, torch
 if sys.argv[1] == "keep":
-    from mt.train.allocator import keep_freed_memory
+    from mt.allocator import keep_freed_memory
     assert keep_freed_memory()
 x = torch.empty(28_000_000); x.fill_(1.0); del x  # first touch is a fault either way
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

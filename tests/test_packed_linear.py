@@ -1,0 +1,81 @@
+"""Linears packed for oneDNN (``mt.model.packed_linear``) against ``F.linear``: the same products to
+float32 rounding, the same state dict, and the same translations of the trained demo model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from export_helpers import demo_model
+from torch import nn
+
+from mt.checkpoint import load_for_inference
+from mt.config import ModelConfig
+from mt.decode import Translator
+from mt.model import PackedLinear, build_model, pack_linears_, packing_supported
+
+needs_onednn = pytest.mark.skipif(not packing_supported(), reason="this torch has no oneDNN packed linear")
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(5, 48), (1, 48), (3, 7, 48), (2, 1, 48)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_linear_equals_f_linear(shape: tuple[int, ...], bias: bool) -> None:
+    linear = nn.Linear(48, 80, bias=bias).eval()
+    x = torch.randn(*shape)
+    expected = F.linear(x, linear.weight, linear.bias)
+    packed = PackedLinear.from_linear(linear)
+    got = packed(x)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    packed.train()
+    assert torch.equal(packed(x), expected)  # training mode: F.linear itself
+
+
+@needs_onednn
+@torch.inference_mode()
+def test_packing_keeps_the_state_dict_and_the_logits() -> None:
+    torch.manual_seed(0)
+    cfg = ModelConfig(encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4, pre_ln=True, positions="rope")
+    model = build_model(cfg, 64, 64).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    src = torch.randint(4, 64, (3, 7))
+    tgt = torch.randint(4, 64, (3, 5))
+    pad = torch.zeros_like(src, dtype=torch.bool)
+    expected = model(src, pad, tgt)
+    linears = sum(type(m) is nn.Linear for m in model.modules())
+    assert pack_linears_(model) == linears + 1  # and the tied output projection
+    assert not any(type(m) is nn.Linear for m in model.modules())
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+    torch.testing.assert_close(model(src, pad, tgt), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_off_the_cpu_or_not_in_float32_is_left_unpacked() -> None:
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2), 32, 32)
+    assert pack_linears_(model.to(torch.bfloat16)) == 0
+    assert any(type(m) is nn.Linear for m in model.modules())
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return demo_model(tmp_path_factory.getbasetemp() / "export_demo")  # trained once, shared with the export tests
+
+
+def translations(ckpt, lines: list[str], strategy: str, pack: bool) -> list[tuple[str, list[int], float]]:
+    model, tokenizers, cfg = load_for_inference(ckpt, pack=pack)
+    settings = dataclasses.replace(cfg.decode, strategy=strategy, beam_size=4 if strategy == "beam" else 1, nbest=1)
+    translator = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions)
+    return [(t.text, t.hypotheses[0].tokens, t.hypotheses[0].score) for t in translator.translate_nbest(lines)]
+
+
+@needs_onednn
+@pytest.mark.parametrize("strategy", ["beam", "greedy"])
+def test_packed_model_translates_the_demo_test_set_like_the_plain_one(demo, strategy: str) -> None:
+    packed = translations(demo.ckpt, demo.sources, strategy, pack=True)
+    plain = translations(demo.ckpt, demo.sources, strategy, pack=False)
+    assert [(text, tokens) for text, tokens, _ in packed] == [(text, tokens) for text, tokens, _ in plain]
+    for (_, _, a), (_, _, b) in zip(packed, plain, strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-5)  # the scores, to float32 rounding

@@ -199,9 +199,12 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def load_for_inference(path: str | Path, device: str | torch.device = "cpu", *, pack: bool = False):
+def load_for_inference(
+    path: str | Path, device: str | torch.device = "cpu", *, pack: bool = False, precision: str = "fp32"
+):
     """Model (eval mode), tokenizers and typed config from a checkpoint, safely. ``pack``: the linears
-    packed for oneDNN on a float32 CPU model (``mt.model.packed_linear``; the state dict is unchanged)."""
+    packed for oneDNN on a CPU model (``mt.model.packed_linear``; the state dict is unchanged), as
+    float32 or, with ``precision="bf16"``, bfloat16 products (then ``bf16_supported()`` must hold)."""
     from mt.config import to_config
     from mt.model import build_model, pack_linears_
 
@@ -217,7 +220,7 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu", *, 
         raise CheckpointError(f"{path}: weights do not match the stored model config: {e}") from e
     model.to(device).eval()
     if pack:
-        pack_linears_(model)
+        pack_linears_(model, torch.bfloat16 if precision == "bf16" else torch.float32)
     return model, tokenizers, cfg
 
 

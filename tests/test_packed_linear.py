@@ -14,7 +14,7 @@ from torch import nn
 from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
 from mt.decode import Translator
-from mt.model import PackedLinear, build_model, pack_linears_, packing_supported
+from mt.model import PackedLinear, bf16_supported, build_model, pack_linears_, packing_supported
 
 needs_onednn = pytest.mark.skipif(not packing_supported(), reason="this torch has no oneDNN packed linear")
 
@@ -79,3 +79,46 @@ def test_packed_model_translates_the_demo_test_set_like_the_plain_one(demo, stra
     assert [(text, tokens) for text, tokens, _ in packed] == [(text, tokens) for text, tokens, _ in plain]
     for (_, _, a), (_, _, b) in zip(packed, plain, strict=True):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-5)  # the scores, to float32 rounding
+
+
+needs_bf16 = pytest.mark.skipif(not bf16_supported(), reason="this CPU has no bf16 instructions for oneDNN")
+
+
+@needs_bf16
+def test_bf16_packed_linear_takes_float32_and_gives_float32() -> None:
+    linear = nn.Linear(48, 80).eval()
+    x = torch.randn(5, 48)
+    expected = F.linear(x.bfloat16(), linear.weight.bfloat16(), linear.bias.bfloat16()).float()
+    got = PackedLinear.from_linear(linear, torch.bfloat16)(x)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)  # bfloat16 products, summed differently
+    assert linear.weight.dtype == torch.float32  # the parameter itself is untouched
+
+
+@needs_bf16
+def test_bf16_packed_model_translates_the_demo_test_set_close_to_float32(demo) -> None:
+    model, tokenizers, cfg = load_for_inference(demo.ckpt, pack=True, precision="bf16")
+    settings = dataclasses.replace(cfg.decode, strategy="greedy", beam_size=1, nbest=1)
+    texts = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions).translate(demo.sources)
+    plain = [text for text, _, _ in translations(demo.ckpt, demo.sources, "greedy", pack=False)]
+    same = sum(a == b for a, b in zip(texts, plain, strict=True))
+    assert same >= 0.9 * len(plain)  # bf16 products move a few near ties, no more
+
+
+def test_packing_refuses_other_dtypes() -> None:
+    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2), 32, 32)
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        pack_linears_(model, torch.float16)
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_is_a_clear_error(monkeypatch) -> None:
+    import mt.model
+    from mt.cli.translate import check_precision
+    from mt.errors import UserError
+
+    check_precision("fp32", torch.device("cpu"))  # nothing to check
+    monkeypatch.setattr(mt.model, "bf16_supported", lambda: False)
+    with pytest.raises(UserError, match="--precision bf16 needs a CPU with bf16 instructions"):
+        check_precision("bf16", torch.device("cpu"))
+    with pytest.raises(UserError, match="--precision bf16 is for decoding on a CPU"):
+        check_precision("bf16", torch.device("meta"))

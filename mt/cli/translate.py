@@ -61,10 +61,26 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]
         torch.set_num_threads(args.threads)
     keep_freed_memory()  # the step's logits and caches are reused, not page-faulted in again every step
     device = resolve_device(args.device, key="--device")
-    model, tokenizers, cfg = load_for_inference(path, device, pack=True)
+    check_precision(args.precision, device)
+    model, tokenizers, cfg = load_for_inference(path, device, pack=True, precision=args.precision)
     decode = validate_group("decode", decode_config(cfg.decode, args))
     translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)
     return translator, cfg, path
+
+
+def check_precision(precision: str, device) -> None:
+    """``--precision bf16`` needs a CPU with bf16 instructions (UserError otherwise)."""
+    from mt.errors import UserError
+    from mt.model import bf16_supported
+
+    if precision != "bf16":
+        return
+    if device.type != "cpu":
+        raise UserError(f"--precision bf16 is for decoding on a CPU, not {device}")
+    if not bf16_supported():
+        raise UserError(
+            "--precision bf16 needs a CPU with bf16 instructions (AVX512-BF16 or AMX); use --precision fp32"
+        )
 
 
 def target_language(cfg: Config, asked: str | None) -> str | None:

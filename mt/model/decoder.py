@@ -35,9 +35,9 @@ class Decoder(nn.Module):
         self.fast_steps = True
         self.output_packed: Tensor | None = None  # ``pack_output``: the projection packed for oneDNN
 
-    def pack_output(self) -> None:
-        """Pack the output projection for CPU inference (``mt.model.packed_linear``); eval mode only."""
-        self.output_packed = pack_weight(self.output_weight)
+    def pack_output(self, dtype: torch.dtype = torch.float32) -> None:
+        """Pack the output projection as ``dtype`` for CPU inference (``mt.model.packed_linear``); eval mode only."""
+        self.output_packed = pack_weight(self.output_weight, dtype)
 
     def project(self, x: Tensor) -> Tensor:
         """The output projection: hidden states (..., D) -> logits (..., V)."""

@@ -10,6 +10,10 @@ float32 rounding (the sums are ordered differently): tests compare translations 
 (same parameters, same state dict, one packed copy of each weight) and packs the decoder's tied output
 projection. Training never packs (a packed copy would go stale at the first update); in training mode
 a ``PackedLinear`` runs ``F.linear``.
+
+``pack_linears_(model, torch.bfloat16)`` packs bfloat16 copies instead (a CPU with bf16 instructions):
+each product takes its input in bfloat16 and gives float32 back, so everything between the linears
+(norms, softmax, residual sums, the search's log-probs) stays float32, as training's bf16 autocast.
 """
 
 from __future__ import annotations
@@ -35,33 +39,44 @@ def packing_supported() -> bool:
     return torch.allclose(got, F.linear(x, w), atol=1e-5)
 
 
-def pack_weight(weight: Tensor) -> Tensor:
-    """A (out, in) float32 CPU weight reordered into oneDNN's layout (an opaque mkldnn tensor)."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+def bf16_supported() -> bool:
+    """This CPU has bfloat16 instructions oneDNN uses (AVX512-BF16 or AMX)."""
+    return packing_supported() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def pack_weight(weight: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """A (out, in) float32 CPU weight, as ``dtype``, reordered into oneDNN's layout (an opaque mkldnn tensor)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype))
 
 
 def packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear(x, W, bias)`` with ``packed = pack_weight(W)``: x (..., in) -> (..., out)."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    """``F.linear(x, W, bias)`` with ``packed = pack_weight(W, dtype)``: float32 x (..., in) -> float32
+    (..., out); for a bfloat16 ``packed`` (and ``bias``) the product runs in bfloat16."""
+    if packed.dtype == torch.float32:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "").float()
 
 
 class PackedLinear(nn.Linear):
     """An ``nn.Linear`` that, in eval mode on float32 input, multiplies by its packed weight."""
 
     packed: Tensor
+    packed_bias: Tensor | None
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> PackedLinear:
-        """The same module (parameters shared, not copied) with a packed copy of its weight."""
+    def from_linear(cls, linear: nn.Linear, dtype: torch.dtype = torch.float32) -> PackedLinear:
+        """The same module (parameters shared, not copied) with a packed ``dtype`` copy of its weight."""
         linear.__class__ = cls
         assert isinstance(linear, PackedLinear)
-        linear.packed = pack_weight(linear.weight)  # a plain attribute: not in the state dict
+        # plain attributes, not in the state dict
+        linear.packed = pack_weight(linear.weight, dtype)
+        linear.packed_bias = None if linear.bias is None else linear.bias.detach().to(dtype)
         return linear
 
     def forward(self, x: Tensor) -> Tensor:
         if self.training or x.dtype != torch.float32:
             return F.linear(x, self.weight, self.bias)
-        return packed_linear(x, self.packed, self.bias)
+        return packed_linear(x, self.packed, self.packed_bias)
 
 
 def can_pack(model: nn.Module) -> bool:
@@ -70,20 +85,25 @@ def can_pack(model: nn.Module) -> bool:
     return first is not None and first.device.type == "cpu" and first.dtype == torch.float32 and packing_supported()
 
 
-def pack_linears_(model: nn.Module) -> int:
-    """In place: every ``nn.Linear`` becomes a ``PackedLinear`` and a decoder with an ``output_weight``
-    gets a packed output projection; eval mode. Returns how many weights were packed (0 when
-    ``can_pack`` says no: the model is left as it was, still correct)."""
+def pack_linears_(model: nn.Module, dtype: torch.dtype = torch.float32) -> int:
+    """In place: every ``nn.Linear`` becomes a ``PackedLinear`` (weights packed as ``dtype``: float32 or
+    bfloat16) and a decoder with an ``output_weight`` gets a packed output projection; eval mode. Returns
+    how many weights were packed (0 when ``can_pack`` says no: the model is left as it was, still correct).
+    bfloat16 needs ``bf16_supported()`` (ValueError otherwise)."""
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"linears are packed as float32 or bfloat16, not {dtype}")
     if not can_pack(model):
         return 0
+    if dtype == torch.bfloat16 and not bf16_supported():
+        raise ValueError("bfloat16 linears need a CPU with bf16 instructions (AVX512-BF16 or AMX)")
     model.eval()
     count = 0
     for module in model.modules():
         if type(module) is nn.Linear:
-            PackedLinear.from_linear(module)
+            PackedLinear.from_linear(module, dtype)
             count += 1
     decoder = getattr(model, "decoder", None)
     if decoder is not None and hasattr(decoder, "pack_output"):
-        decoder.pack_output()
+        decoder.pack_output(dtype)
         count += 1
     return count

@@ -72,10 +72,14 @@ def test_causal_mask_is_bottom_right_aligned() -> None:
     [(5, 7, True, False), (6, 6, False, True), (6, 6, True, True), (2, 6, False, True), (1, 6, True, True)],
     ids=["padding", "causal", "padding+causal", "causal-cached-chunk", "single-query"],
 )
-def test_fast_path_equals_reference_path(queries: int, keys: int, padded: bool, is_causal: bool) -> None:
+@pytest.mark.parametrize("max_scores", [0, 4096], ids=["fused-kernel", "matmuls"])
+def test_fast_path_equals_reference_path(
+    queries: int, keys: int, padded: bool, is_causal: bool, max_scores: int, monkeypatch
+) -> None:
+    monkeypatch.setattr(attention_module, "MATMUL_MAX_SCORES", max_scores)
     q, k, v = _qkv(queries=queries, keys=keys)
     mask = _key_mask([keys, keys - 2, 3], keys) if padded else None
-    with torch.no_grad():  # inference: the fused kernel
+    with torch.no_grad():  # inference: the fused kernel, or matmuls for small problems
         fast, _ = attention(q, k, v, mask, is_causal=is_causal)
     reference, _ = attention(q, k, v, mask, is_causal=is_causal, need_weights=True)
     assert torch.allclose(fast, reference, atol=1e-5)
@@ -98,11 +102,12 @@ def test_fully_masked_row_gives_zeros_not_nan_on_both_paths(max_keys: int, monke
             assert (weights[1] == 0).all()
 
 
-def test_training_takes_the_matmul_path_only_on_cpu_with_grad_and_short_keys() -> None:
-    q = torch.randn(2, 2, 3, 4)
+def test_the_matmul_path_takes_short_keys_in_training_and_small_problems_in_inference() -> None:
+    q = torch.randn(2, 2, 3, 4)  # 3 queries
     assert attention_module.matmuls_are_faster(q, 64) and not attention_module.matmuls_are_faster(q, 65)
-    with torch.no_grad():
-        assert not attention_module.matmuls_are_faster(q, 10)
+    with torch.no_grad():  # queries x keys <= 4096
+        assert attention_module.matmuls_are_faster(q, 1365) and not attention_module.matmuls_are_faster(q, 1366)
+    assert not attention_module.matmuls_are_faster(q.to("meta"), 10)  # not on a CPU
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,7 @@ def test_select_rows_equals_index_select() -> None:
         store = torch.arange(5 * 3).view(5, 3).float()
         expected = store.index_select(0, torch.tensor(index))
         assert torch.equal(select_rows_(store, torch.tensor(index)), expected)
-        store = torch.arange(5 * 3).view(5, 3).float()
-        taken = select_rows_(store, torch.tensor(index), steps=2)  # only the first 2 columns are valid
-        assert torch.equal(taken[:, :2], expected[:, :2])
+        buffer = torch.arange(5 * 2 * 3).view(5, 2, 3).float()  # (rows, H, capacity): a K/V buffer's layout
+        expected = buffer.index_select(0, torch.tensor(index))
+        taken = select_rows_(buffer, torch.tensor(index), steps=2)  # only the first 2 steps are valid
+        assert torch.equal(taken[:, :, :2], expected[:, :, :2])

@@ -64,7 +64,7 @@ def test_cache_equals_no_cache(options: dict[str, Any]) -> None:
     torch.testing.assert_close(torch.cat(cached, dim=1), full, rtol=1e-5, atol=1e-5)
     kv_heads = options.get("kv_heads") or 4
     keys, cross_k = cache.layers[0].self_attn.keys, cache.layers[0].cross_k
-    assert keys is not None and keys.shape[3:] == (kv_heads, 8)  # (rows, capacity, slots, Hkv, Dh)
+    assert keys is not None and keys.shape[1] == kv_heads and keys.shape[4] == 8  # (rows, Hkv, capacity, slots, Dh)
     assert cross_k is not None and cross_k.shape == (4, kv_heads, 7, 8)  # (rows, Hkv, S, Dh)
 
 

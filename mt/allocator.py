@@ -11,7 +11,10 @@ peak RSS (the heap keeps its high-water mark and some fragmentation). Since the 
 (B, T, V) blocks (``mt.train.loss.output_loss``) the gain is smaller: 1.14x and 0.99x on
 ``transformer_small`` bf16 in 2 alternated rounds, 1-2% more peak RSS.
 
-``train.keep_freed_memory=false`` restores glibc's defaults. Elsewhere (macOS, musl) this is a no-op.
+Decoding has the same pattern (each step's (rows, V) logits and grown caches): the inference commands call
+this too (beam 4 of a ``transformer_base``: 87-92k page faults and ~0.5 s of system time in ~11 s of CPU
+without it, 2-3k and 0.05 s with it). ``train.keep_freed_memory=false`` restores glibc's defaults for
+training. Elsewhere (macOS, musl) this is a no-op.
 """
 
 from __future__ import annotations
@@ -36,5 +39,5 @@ def keep_freed_memory() -> bool:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     applied = libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
     if not applied:
-        logger.warning("mallopt refused the allocator settings; training runs with glibc's defaults")
+        logger.warning("mallopt refused the allocator settings; this process runs with glibc's defaults")
     return applied

@@ -132,37 +132,83 @@ class Server:
         self.log.close()
 
 
+class Connection:
+    """One keep-alive HTTP/1.1 connection that POSTs JSON: the load generator's client.
+
+    Lean on purpose: the clients share the server's two cores, and httpx's ``AsyncClient`` spent about
+    4 ms of CPU a request here, which the decoder's threads then lose; this spends a small fraction of that.
+    It speaks only what uvicorn answers to a POST: a status line, headers, a Content-Length body."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post_json(self, path: str, payload) -> tuple[int, bytes]:
+        """(status, body) of ``POST path`` with ``payload`` as JSON; reconnects after a closed connection."""
+        body = json.dumps(payload).encode()
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(head + body)
+        try:
+            status = int((await self.reader.readline()).split()[1])
+            length, close = 0, False
+            while (line := await self.reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                name = name.strip().lower()
+                length = int(value) if name == b"content-length" else length
+                close |= name == b"connection" and value.strip().lower() == b"close"
+            answer = await self.reader.readexactly(length)
+        except (IndexError, ValueError, asyncio.IncompleteReadError) as e:
+            await self.close()
+            raise ConnectionError("the server closed the connection or answered something that is not HTTP/1.1") from e
+        if close:
+            await self.close()
+        return status, answer
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.reader = self.writer = None
+
+
 async def load(url: str, requests: list[list[str]], clients: int, time_limit: float, expected: dict[str, str],
                repeat: bool = False):
-    """Send ``requests`` (again and again with ``repeat``) from ``clients`` concurrent clients until done or
-    ``time_limit``: latencies, errors, exactness, sentences, seconds."""
+    """Send ``requests`` (again and again with ``repeat``) from ``clients`` concurrent clients, each on its
+    own connection, until done or ``time_limit``: latencies, errors, exactness, sentences, seconds."""
     sent = 0
     latencies, errors, exact, sentences = [], 0, True, 0
     deadline = time.monotonic() + time_limit
+    host, port = url.removeprefix("http://").rsplit(":", 1)
 
-    async def client(http: httpx.AsyncClient) -> None:
+    async def client() -> None:
         nonlocal errors, exact, sentences, sent
+        connection = Connection(host, int(port))
         while (repeat or sent < len(requests)) and time.monotonic() < deadline:
             lines = requests[sent % len(requests)]
             sent += 1
             start = time.monotonic()
             try:
-                response = await http.post(f"{url}/translate", json={"q": lines, "source": "en", "target": "de"})
-            except httpx.HTTPError:
+                status, body = await asyncio.wait_for(
+                    connection.post_json("/translate", {"q": lines, "source": "en", "target": "de"}), time_limit + 60)
+            except (TimeoutError, OSError):
                 errors += 1
+                await connection.close()
                 continue
             latencies.append(time.monotonic() - start)
-            if response.status_code != 200:
+            if status != 200:
                 errors += 1
                 continue
             sentences += len(lines)
-            exact &= response.json()["translatedText"] == [expected[line] for line in lines]
+            exact &= json.loads(body)["translatedText"] == [expected[line] for line in lines]
+        await connection.close()
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=time_limit + 60, limits=limits) as http:
-        start = time.monotonic()
-        await asyncio.gather(*(client(http) for _ in range(clients)))
-        seconds = time.monotonic() - start
+    start = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    seconds = time.monotonic() - start
     return latencies, errors, exact, sentences, seconds
 
 
@@ -211,7 +257,7 @@ def default_checkpoint() -> Path:
 
 def soak(args, ckpt: Path, requests, expected) -> dict:
     """8 clients for ``--soak-minutes``: the server's RSS at start and end, errors, exactness."""
-    with Server(ckpt, args.threads, []) as server:
+    with Server(ckpt, args.threads, args.server_args) as server:
         start_rss = server.rss_mib()
         result = run_load(server, "soak", requests, 8, args.soak_minutes * 60, expected, repeat=True)
         end_rss = server.rss_mib()
@@ -231,7 +277,7 @@ def compare(args, ckpt: Path, requests, lines) -> tuple[dict, dict[str, str]]:
         print(f"round {round_}/{args.rounds}", flush=True)
         expected, rate = offline(ckpt, lines, args.threads)
         offline_rates.append(rate)
-        with Server(ckpt, args.threads, []) as server:
+        with Server(ckpt, args.threads, args.server_args) as server:
             rows += [run_load(server, "dynamic", requests, c, args.time_limit, expected) for c in args.clients]
         with Server(ckpt, args.threads, ["--max-batch-tokens", "1"]) as server:
             rows.append(run_load(server, "one-at-a-time", requests, args.batched_clients, args.time_limit, expected))
@@ -262,6 +308,8 @@ def main() -> None:
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
     p.add_argument("--batched-clients", type=int, default=64, help="client count of the two comparisons")
     p.add_argument("--threads", type=int, default=0, help="decoding threads (0: each command's default)")
+    p.add_argument("--server-args", nargs="+", default=[], metavar="ARG",
+                   help="more mt-serve flags for the dynamic-batching server, e.g. --server-args=--max-wait-ms=2")
     p.add_argument("--soak-minutes", type=float, default=0.0, help="then a soak run at 8 clients this long")
     p.add_argument("--smoke", action="store_true", help="a few seconds' run with tiny counts (the test suite's)")
     p.add_argument("--json-out", type=Path, help="write the figures here")

@@ -127,7 +127,7 @@ class GatedEngine:
     def count_pieces(self, line: str, target: str | None = None) -> int:
         return self.inner.count_pieces(line, target)
 
-    def translate(self, lines: Sequence[str], options: Options, targets=None) -> list[Output]:
+    def translate(self, lines: Sequence[str], options: Options, targets=None, on_done=None) -> list[Output]:
         if self.warmed:
             self.batches.append(len(lines))
             self.busy.set()

@@ -101,6 +101,22 @@ def test_batches_respect_the_token_budget(model) -> None:
     assert sorted(model.src_shapes) == [(2, 14), (3, 11)]  # sorted by length: the longest together
 
 
+def test_on_batch_hears_each_line_once_as_its_batch_ends(model) -> None:
+    model.src_shapes.clear()
+    heard: list[list[int]] = []
+    translations = {}
+
+    def on_batch(done) -> None:
+        heard.append([i for i, _ in done])
+        translations.update(done)
+
+    results = make(model, max_tokens=10_000, max_sentences=3).translate_nbest(LINES, on_batch=on_batch)
+    assert heard[0] == [1, 4]  # the empty lines first, then one call per decoded batch
+    assert sorted(len(ids) for ids in heard[1:]) == sorted(n for n, _ in model.src_shapes) == [2, 3]
+    assert sorted(i for ids in heard for i in ids) == list(range(len(LINES)))
+    assert [translations[i] for i in range(len(LINES))] == results
+
+
 def test_empty_lines_never_reach_the_model(model) -> None:
     model.batch_sizes.clear()
     assert make(model).translate(["", "  ", "\t"]) == ["", "", ""]

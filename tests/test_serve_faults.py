@@ -116,7 +116,7 @@ class SlowWarmUp(GatedEngine):
         self.fail = fail
         self.warmed = True  # every call, the warm-up included, waits at the gate
 
-    def translate(self, lines, options, targets=None):
+    def translate(self, lines, options, targets=None, on_done=None):
         if self.fail:
             raise RuntimeError("no memory for the model")
         return super().translate(lines, options, targets)

@@ -25,7 +25,7 @@ class Recorder:
         self.gate, self.busy = threading.Event(), threading.Event()
         self.calls = 0
 
-    def translate(self, lines, options, targets=None):
+    def translate(self, lines, options, targets=None, on_done=None):
         self.calls += 1
         targets = list(targets) if targets is not None else [None] * len(lines)
         if self.calls == 1:
@@ -123,3 +123,39 @@ def test_a_full_queue_refuses(loop):
     engine.gate.set()
     worker.stop()  # decodes the queued job before it returns
     assert [lines for lines, _ in engine.batches] == [["hold"], ["queued"]]
+
+
+class OneLineAtATime:
+    """Reports each line as done on its own, and holds the rest of the call after the first line."""
+
+    target_langs, tagged = ["de"], False
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def translate(self, lines, options, targets=None, on_done=None):
+        self.calls += 1
+        outputs = [Output([line.upper()], [0.0], 1, 1) for line in lines]
+        for i, output in enumerate(outputs):
+            if on_done is not None:
+                on_done([(i, output)])
+            if self.calls > 1 and i == 0:
+                assert self.release.wait(WAIT_S)
+        return outputs
+
+
+def test_a_job_is_answered_as_soon_as_its_lines_are_done(loop):
+    engine = OneLineAtATime()
+    worker = BatchingWorker(engine, max_batch_tokens=100, max_wait_s=0.2, max_queue=4, threads=1)
+    worker.start()
+    assert worker.ready.wait(WAIT_S)
+    first, second = job(loop, ["a"], 1), job(loop, ["b", "c"], 2)
+    worker.submit(first)
+    worker.submit(second)  # gathered with the first (the worker waits up to 0.2 s for more)
+    assert [o.text for o in loop.run_until_complete(asyncio.wait_for(first.future, WAIT_S))] == ["A"]
+    assert not second.future.done()  # the engine still holds the gather's other lines
+    engine.release.set()
+    assert [o.text for o in loop.run_until_complete(asyncio.wait_for(second.future, WAIT_S))] == ["B", "C"]
+    worker.stop()
+    assert engine.calls == 2  # the warm-up, then one gather of both jobs

@@ -5,13 +5,14 @@ never reaches the model), truncate or reject sources longer than ``max_src_len``
 length so batches hold similar lengths (little padding), cut batches with ``mt.data.batch_by_tokens``
 under ``cfg.max_tokens`` (source tokens incl. EOS x rows per sentence, i.e. x beam for beam search) and
 ``cfg.max_sentences``, decode each with ``mt.decode.search``, and put the results back in input order.
+``on_batch`` hears of each batch as it is done (a server answers a request once its lines are).
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +58,7 @@ def collate_sources(sources: Sequence[list[int]], device: torch.device | str) ->
 
 
 Targets = str | Sequence[str | None] | None  # one target language for every line, one per line, or none
+BatchDone = Callable[[list[tuple[int, "Translation"]]], None]  # (line index, its translation) of a finished batch
 
 
 def line_targets(target_lang: Targets, count: int) -> list[str | None]:
@@ -113,12 +115,20 @@ class Translator:
         return [t.text for t in self.translate_nbest(lines, progress, target_lang)]
 
     def translate_nbest(
-        self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None
+        self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None,
+        on_batch: BatchDone | None = None,
     ) -> list[Translation]:
-        """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line."""
+        """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line.
+
+        ``on_batch`` (if given) gets the lines of each decoded batch as soon as it is done, empty lines
+        first; every line is in exactly one call.
+        """
         sources = self.encode_lines(lines, target_lang)
         results = [Translation([], [], 0) for _ in lines]
         todo = [i for i, ids in enumerate(sources) if ids]
+        empty = [(i, results[i]) for i, ids in enumerate(sources) if not ids]
+        if on_batch is not None and empty:
+            on_batch(empty)
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
         was_training = self.model.training
         self.model.eval()  # no dropout; restored below, so validation inside training is safe
@@ -127,8 +137,11 @@ class Translator:
                 total=len(todo), unit="sent", disable=not progress, file=sys.stderr
             ) as bar:
                 for batch in self._batches(todo, sources):
-                    for i, translation in zip(batch, self._translate_batch(sources, batch, generator), strict=True):
+                    done = list(zip(batch, self._translate_batch(sources, batch, generator), strict=True))
+                    for i, translation in done:
                         results[i] = translation
+                    if on_batch is not None:
+                        on_batch(done)
                     bar.update(len(batch))
         finally:
             self.model.train(was_training)

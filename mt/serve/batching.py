@@ -3,13 +3,15 @@
 The asyncio front ``submit``s a ``Job`` (a request's lines, its options, its target language, its token
 cost, a future) into a bounded queue and awaits the future; it never decodes. The worker takes the oldest
 job, then gathers later jobs with the same options (the batching key) in arrival order while their cost
-fits ``max_batch_tokens``, waiting at most ``max_wait_ms`` for more to arrive; decodes all their lines in
-one ``engine.translate`` call, each line with its own job's target (a model of several target languages
-reads the target as a tag in the source ids, so jobs for different targets share a batch); and resolves
-each job's future with its own slice of the outputs, in order,
-through ``loop.call_soon_threadsafe``. mt's decoder gives a sentence the same output whatever else is
-in its batch, so an answer does not depend on its neighbours. Sampling jobs are never merged (the
-sampling generator's draws depend on the batch). A failing batch fails its jobs only; jobs whose
+fits ``max_batch_tokens``, waiting at most ``max_wait_ms`` for more to arrive, and decodes all their lines
+in one ``engine.translate`` call, each line with its own job's target (a model of several target languages
+reads the target as a tag in the source ids, so jobs for different targets share a batch). A gather may
+hold several of the decoder's batches (Marian's maxi-batch): the engine sorts its lines by length and
+decodes them in batches of similar lengths, which wastes fewer steps than lines in arrival order; each job
+is answered as soon as its own lines are done (``on_done``), with its outputs in order, through
+``loop.call_soon_threadsafe``. mt's decoder gives a sentence the same output whatever else is in its
+batch, so an answer does not depend on its neighbours. Sampling jobs are never merged (the sampling
+generator's draws depend on the batch). A failing batch fails its unanswered jobs only; jobs whose
 client left or timed out before their batch began are dropped.
 """
 
@@ -167,21 +169,56 @@ class BatchingWorker:
             return
         lines = [line for job in batch for line in job.lines]
         targets = [job.target for job in batch for _ in job.lines]
+        answers = Answers(batch)
         start = time.monotonic()
         try:
-            outputs = self.engine.translate(lines, batch[0].options, targets)
+            outputs = self.engine.translate(lines, batch[0].options, targets, on_done=answers.lines_done)
+            answers.finish(outputs)
         except Exception as e:  # noqa: BLE001  (one bad batch fails its requests, not the server)
-            for job in batch:
-                _resolve(job, BatchFailed(f"{type(e).__name__}: {e}"))
+            answers.fail(BatchFailed(f"{type(e).__name__}: {e}"))
             outputs, failed = [], True
         else:
-            offset = 0
-            for job in batch:
-                _resolve(job, outputs[offset : offset + len(job.lines)])
-                offset += len(job.lines)
             failed = False
         self._last_batch_s = time.monotonic() - start
         self.on_batch(BatchReport(len(batch), outputs, self._last_batch_s, failed))
+
+
+class Answers:
+    """The outputs of one gather's jobs as they come in; a job is answered once all its lines are."""
+
+    def __init__(self, batch: list[Job]) -> None:
+        self.jobs = batch
+        self.owner = [(j, k) for j, job in enumerate(batch) for k in range(len(job.lines))]  # line -> (job, position)
+        self.outputs: list[list[Output | None]] = [[None] * len(job.lines) for job in batch]
+        self.missing = [len(job.lines) for job in batch]
+        self.answered = [False] * len(batch)
+
+    def lines_done(self, done: list[tuple[int, Output]]) -> None:
+        """Record ``(line index in the gather, output)`` pairs; answer the jobs they complete."""
+        for i, output in done:
+            j, k = self.owner[i]
+            if self.outputs[j][k] is None:  # the final call repeats lines already heard of
+                self.outputs[j][k] = output
+                self.missing[j] -= 1
+                if self.missing[j] == 0:
+                    self._answer(j, self.outputs[j])
+
+    def finish(self, outputs: list[Output]) -> None:
+        """Every line's output: answer what an engine did not report (and jobs without lines)."""
+        self.lines_done(list(enumerate(outputs)))
+        for j, answered in enumerate(self.answered):
+            if not answered:
+                self._answer(j, [])
+
+    def fail(self, error: BatchFailed) -> None:
+        """Fail every job not answered yet."""
+        for j, answered in enumerate(self.answered):
+            if not answered:
+                self._answer(j, error)
+
+    def _answer(self, j: int, result: list | BaseException) -> None:
+        self.answered[j] = True
+        _resolve(self.jobs[j], result)
 
 
 def warm_up_target(engine: Engine) -> str | None:

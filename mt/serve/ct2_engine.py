@@ -23,7 +23,7 @@ from mt.data import Tokenizer, Tokenizers
 from mt.data.languages import lang_tag
 from mt.decode.translator import line_targets
 from mt.errors import UserError
-from mt.serve.engine import Options, Output, resolve
+from mt.serve.engine import LinesDone, Options, Output, resolve
 
 # what the export's README example sets (mt.export.readme.ct2_readme)
 README_DEFAULTS = {"beam_size": int, "length_penalty": float, "max_decoding_length": int, "max_input_length": int}
@@ -142,8 +142,17 @@ class Ct2Engine:
         return {**options, "beam_size": beam, "num_hypotheses": cfg.nbest if beam > 1 else 1, "length_penalty": alpha}
 
     def translate(
-        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None
+        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None,
+        on_done: LinesDone | None = None,
     ) -> list[Output]:
+        """The outputs of ``lines`` from one ``translate_batch`` call (CTranslate2 sorts and batches them
+        itself), so ``on_done`` hears of every line at the end."""
+        outputs = self._translate(lines, options, targets)
+        if on_done is not None:
+            on_done(list(enumerate(outputs)))
+        return outputs
+
+    def _translate(self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None) -> list[Output]:
         todo = [i for i, line in enumerate(lines) if line.strip()]
         outputs = [Output([], [], 0, 0) for _ in lines]
         if not todo:

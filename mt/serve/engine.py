@@ -4,18 +4,20 @@
 Requests choose a few decoding options (``Options``); the engine resolves them against its defaults
 into a ``DecodeConfig`` validated like any config, so a bad value is a 400 naming the option. A model
 of several target languages (``tagged``) reads each line's target as a tag before its source: the
-engine takes one target per line, so lines for different targets share a batch.
+engine takes one target per line, so lines for different targets share a batch. ``translate`` also tells
+``on_done`` of lines as they are finished (each line once), so the worker can answer a request before the
+rest of a large gather is decoded.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from mt.config import DecodeConfig, validate_group
-from mt.decode import Translator
+from mt.decode import Translation, Translator
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Output:
     @property
     def text(self) -> str:
         return self.texts[0] if self.texts else ""
+
+
+LinesDone = Callable[[list[tuple[int, Output]]], None]  # (line index, its output) of lines just finished
 
 
 def resolve(base: DecodeConfig, options: Options) -> DecodeConfig:
@@ -73,8 +78,9 @@ class Engine(Protocol):
     def count_pieces(self, line: str, target: str | None = None) -> int: ...  # the tag included
 
     def translate(
-        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None
-    ) -> list[Output]: ...  # ``targets``: each line's tag language (None: no tag)
+        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None,
+        on_done: LinesDone | None = None,
+    ) -> list[Output]: ...  # ``targets``: each line's tag language (None: no tag); ``on_done``: see the module doc
 
 
 class TorchEngine:
@@ -105,12 +111,23 @@ class TorchEngine:
         return len(self.translator.target_tag(target)) + len(self.translator.tokenizers.src.encode(line))
 
     def translate(
-        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None
+        self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None,
+        on_done: LinesDone | None = None,
     ) -> list[Output]:
+        """The outputs of ``lines``; the Translator sorts them by length and decodes them in batches of
+        similar lengths, and ``on_done`` hears of each batch as it ends."""
         t = self.translator
         translator = Translator(t.model, t.tokenizers, self.settings(options), t.device,
                                 max_positions=t.max_positions, max_src_len=t.max_src_len)
-        return [
-            Output(tr.texts, [h.score for h in tr.hypotheses], tr.src_tokens, tr.tgt_tokens)
-            for tr in translator.translate_nbest(lines, target_lang=targets)
-        ]
+
+        def batch_done(done: list[tuple[int, Translation]]) -> None:
+            if on_done is not None:
+                on_done([(i, as_output(tr)) for i, tr in done])
+
+        return [as_output(tr) for tr in translator.translate_nbest(lines, target_lang=targets, on_batch=batch_done)]
+
+
+def as_output(translation: Translation) -> Output:
+    """The engine's view of a Translator result."""
+    tr = translation
+    return Output(tr.texts, [h.score for h in tr.hypotheses], tr.src_tokens, tr.tgt_tokens)

@@ -4,6 +4,10 @@ float32 rounding, the same state dict, and the same translations of the trained 
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +19,7 @@ from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
 from mt.decode import Translator
 from mt.model import PackedLinear, bf16_supported, build_model, pack_linears_, packing_supported
+from mt.model.packed_linear import ONEDNN_CACHE_ENTRIES
 
 needs_onednn = pytest.mark.skipif(not packing_supported(), reason="this torch has no oneDNN packed linear")
 
@@ -122,3 +127,38 @@ def test_bf16_on_a_cpu_without_bf16_instructions_is_a_clear_error(monkeypatch) -
         check_precision("bf16", torch.device("cpu"))
     with pytest.raises(UserError, match="--precision bf16 is for decoding on a CPU"):
         check_precision("bf16", torch.device("meta"))
+
+
+ROW_COUNTS_PROBE = """
+import os, sys, torch
+from torch import nn
+from mt.model import pack_linears_
+def rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+model = nn.Sequential(nn.Linear(128, 384)).eval()
+pack_linears_(model)
+with torch.inference_mode():
+    model(torch.randn(3, 128))
+    start = rss_mib()
+    for rows in range(1, 401):  # a kernel per row count, as a server meets them
+        model(torch.randn(rows, 128))
+print(os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"], os.environ["LRU_CACHE_CAPACITY"], rss_mib() - start)
+"""
+
+
+@needs_onednn
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads RSS from /proc")
+@pytest.mark.parametrize("user_capacity", [None, "32"])
+def test_onednn_kernel_caches_are_bounded_in_a_fresh_process(user_capacity: str | None) -> None:
+    # regression: unbounded, each row count kept ~0.5 MB of kernels (400 row counts: ~230 MiB more RSS)
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    if user_capacity is not None:
+        env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = user_capacity
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", ROW_COUNTS_PROBE], env=env, capture_output=True, text=True,
+                          check=True)
+    primitive, lru, growth_mib = done.stdout.split()
+    assert (primitive, lru) == (user_capacity or str(ONEDNN_CACHE_ENTRIES), str(ONEDNN_CACHE_ENTRIES))
+    assert float(growth_mib) < 120

@@ -14,20 +14,41 @@ a ``PackedLinear`` runs ``F.linear``.
 ``pack_linears_(model, torch.bfloat16)`` packs bfloat16 copies instead (a CPU with bf16 instructions):
 each product takes its input in bfloat16 and gives float32 back, so everything between the linears
 (norms, softmax, residual sums, the search's log-probs) stays float32, as training's bf16 autocast.
+
+oneDNN builds a kernel for every input shape and keeps it in two caches (its primitive cache and ideep's,
+1,024 entries each by default), about 0.5 MB an entry here: a server that meets every row count from 1 to
+a few thousand grew from 427 to 1,252 MiB in a 10-minute soak. Before the first packed product the
+caches are bounded to ``ONEDNN_CACHE_ENTRIES`` each (``bound_onednn_caches``; the environment's own
+``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` / ``LRU_CACHE_CAPACITY`` win): a decoding step needs one entry per
+distinct linear shape (about 6) at its row count, so 64 hold the last ~10 row counts.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+ONEDNN_CACHE_ENTRIES = 64
+ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's, ideep's
+
+
+def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
+    """Bound oneDNN's kernel caches (see the module doc) unless the environment already sets them.
+
+    oneDNN reads these variables when it first builds a kernel, so this must run before the process's
+    first oneDNN operation (``packing_supported`` calls it first); later it changes nothing."""
+    for variable in ONEDNN_CACHE_VARIABLES:
+        os.environ.setdefault(variable, str(entries))
+
 
 @functools.cache
 def packing_supported() -> bool:
     """True when this torch has oneDNN's packed linear for CPU float32 and it agrees with ``F.linear``."""
+    bound_onednn_caches()  # before the probe below, oneDNN's first kernel in an inference process
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return False
     try:

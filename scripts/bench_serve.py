@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en.gz"
 START_TIMEOUT_S = 300
+RSS_EVERY_S = 30
 SMOKE = {"requests": 12, "time_limit": 30.0, "rounds": 1, "clients": [1, 4], "batched_clients": 4}
 
 
@@ -256,14 +258,28 @@ def default_checkpoint() -> Path:
 
 
 def soak(args, ckpt: Path, requests, expected) -> dict:
-    """8 clients for ``--soak-minutes``: the server's RSS at start and end, errors, exactness."""
+    """8 clients for ``--soak-minutes``: the server's RSS at start, after the first minute (its kernel and
+    allocator caches filled) and at the end, sampled every ``RSS_EVERY_S``; errors, exactness."""
     with Server(ckpt, args.threads, args.server_args) as server:
-        start_rss = server.rss_mib()
+        rss = [(0.0, server.rss_mib())]
+        done = threading.Event()
+
+        def sample() -> None:
+            start = time.monotonic()
+            while not done.wait(RSS_EVERY_S):
+                rss.append((time.monotonic() - start, server.rss_mib()))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         result = run_load(server, "soak", requests, 8, args.soak_minutes * 60, expected, repeat=True)
-        end_rss = server.rss_mib()
-    print(f"soak: RSS {start_rss:.0f} MiB at start, {end_rss:.0f} MiB at end; errors {result.errors}; "
-          f"exact {result.exact}", flush=True)
-    return {"rss_start_mib": start_rss, "rss_end_mib": end_rss, **asdict(result)}
+        done.set()
+        sampler.join()
+        rss.append((args.soak_minutes * 60, server.rss_mib()))
+    after_minute = next((mib for seconds, mib in rss if seconds >= 60), rss[-1][1])
+    print(f"soak: RSS {rss[0][1]:.0f} MiB at start, {after_minute:.0f} after a minute, {rss[-1][1]:.0f} at the end "
+          f"(max {max(mib for _, mib in rss):.0f}); errors {result.errors}; exact {result.exact}", flush=True)
+    return {"rss_start_mib": rss[0][1], "rss_after_minute_mib": after_minute, "rss_end_mib": rss[-1][1],
+            "rss_samples": rss, **asdict(result)}
 
 
 def compare(args, ckpt: Path, requests, lines) -> tuple[dict, dict[str, str]]:

@@ -16,12 +16,13 @@ each product takes its input in bfloat16 and gives float32 back, so everything b
 (norms, softmax, residual sums, the search's log-probs) stays float32, as training's bf16 autocast.
 
 oneDNN builds a kernel for every input shape and keeps it in two caches (its primitive cache and ideep's,
-1,024 entries each by default), about 0.5 MB a shape here: a server meets every row count from 1 to a few
-thousand, and its RSS grew from 427 to 1,252 MiB in a 10-minute soak. Before the first packed product the
-caches are bounded to ``ONEDNN_CACHE_ENTRIES`` each (``bound_onednn_caches``; the environment's own
-``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` / ``LRU_CACHE_CAPACITY`` win). Measured on mt-serve at 8 clients (60 s
-runs, alternated): 64 entries hold RSS at ~555 MiB but rebuild kernels often (~11% fewer requests
-answered), 256 answer as many as 1,024 and level off (a 10-minute soak: 911 MiB from 2.5 minutes on).
+1,024 entries each by default), about 0.5 MB a shape here. A server meets every row count from 1 to a few
+thousand (its RSS grew from 427 to 1,252 MiB in a 10-minute soak), so a product runs its rows padded up to
+one of a few sizes (``padded_rows``: multiples of 8 up to 64, then 8 sizes an octave, at most 1/8 more
+rows): 56 row counts up to 4,096, so the kernels a model needs fit in the caches, each built once. The
+caches are also bounded to ``ONEDNN_CACHE_ENTRIES`` each before the first packed product
+(``bound_onednn_caches``; the environment's own ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` / ``LRU_CACHE_CAPACITY``
+win), a bound on models with many weight shapes.
 """
 
 from __future__ import annotations
@@ -71,12 +72,33 @@ def pack_weight(weight: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype))
 
 
-def packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear(x, W, bias)`` with ``packed = pack_weight(W, dtype)``: float32 x (..., in) -> float32
-    (..., out); for a bfloat16 ``packed`` (and ``bias``) the product runs in bfloat16."""
+def padded_rows(rows: int) -> int:
+    """The row count a product of ``rows`` rows runs at: a multiple of 8 up to 64, above that a multiple
+    of an eighth of the power of two below (65 -> 72, 200 -> 208, 1000 -> 1024), so at most 1/8 more."""
+    if rows <= 64:
+        return -(-rows // 8) * 8
+    step = 1 << (rows.bit_length() - 4)  # rows in [2^k, 2^(k+1)): step 2^(k-3)
+    return -(-rows // step) * step
+
+
+def packed_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    """The oneDNN product itself, at whatever row count ``x`` (..., in) has: a kernel for each."""
     if packed.dtype == torch.float32:
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     return torch.ops.mkldnn._linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "").float()
+
+
+def packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, W, bias)`` with ``packed = pack_weight(W, dtype)``: float32 x (..., in) -> float32
+    (..., out); for a bfloat16 ``packed`` (and ``bias``) the product runs in bfloat16. The rows run padded
+    with zeros to ``padded_rows`` (each output row depends on its own input row only)."""
+    features = x.size(-1)
+    rows = x.numel() // features if features else 0
+    padding = padded_rows(rows) - rows
+    if padding == 0:
+        return packed_product(x, packed, bias)
+    flat = F.pad(x.reshape(rows, features), (0, 0, 0, padding))  # (rows + padding, in)
+    return packed_product(flat, packed, bias)[:rows].reshape(*x.shape[:-1], -1)  # (..., out)
 
 
 class PackedLinear(nn.Linear):

@@ -22,17 +22,20 @@ MAY_IMPORT: dict[str, set[str]] = {
     "config": {"errors"},  # mt/config.py and mt/config_rules.py
     "device": {"errors"},
     "allocator": set(),
+    "kernel_cache": set(),
     "data": {"errors", "config"},
-    "model": {"config"},
+    "model": {"config", "kernel_cache"},
     "decode": {"errors", "config", "data", "model"},
     "checkpoint": {"errors", "config", "data", "model"},
     "eval": {"errors", "config", "data", "decode"},
     "export": {"errors", "config", "data", "model", "decode", "checkpoint"},
     "serve": {"errors", "config", "data", "model", "decode", "checkpoint"},
-    "train": {"errors", "config", "device", "allocator", "data", "model", "decode", "checkpoint", "eval"},
+    "train": {
+        "errors", "config", "device", "allocator", "kernel_cache", "data", "model", "decode", "checkpoint", "eval",
+    },
     "cli": {
-        "errors", "config", "device", "allocator", "data", "model", "decode", "checkpoint", "eval", "export", "serve",
-        "train",
+        "errors", "config", "device", "allocator", "kernel_cache", "data", "model", "decode", "checkpoint", "eval",
+        "export", "serve", "train",
     },
 }
 

@@ -28,23 +28,22 @@ win), a bound on models with many weight shapes.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mt.kernel_cache import bound_kernel_caches
+
 ONEDNN_CACHE_ENTRIES = 256
-ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's, ideep's
 
 
 def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
     """Bound oneDNN's kernel caches (see the module doc) unless the environment already sets them.
 
-    oneDNN reads these variables when it first builds a kernel, so this must run before the process's
+    oneDNN reads the variables when it first builds a kernel, so this must run before the process's
     first oneDNN operation (``packing_supported`` calls it first); later it changes nothing."""
-    for variable in ONEDNN_CACHE_VARIABLES:
-        os.environ.setdefault(variable, str(entries))
+    bound_kernel_caches(entries, environment_wins=True)
 
 
 @functools.cache

@@ -23,9 +23,9 @@ from mt.data import PAD_ID, PreparedData, TokenBatchSampler, Tokenizers, prepare
 from mt.data.languages import data_pairs
 from mt.data.pair_sampling import PairResampler
 from mt.device import resolve_device
+from mt.kernel_cache import bound_kernel_caches
 from mt.model import build_model
 from mt.train.distributed import DistInfo, barrier, init_distributed
-from mt.train.kernel_cache import bound_kernel_caches
 from mt.train.optim import build_optimizer
 from mt.train.step import StepContext
 

@@ -1,4 +1,5 @@
-"""bound_kernel_caches: bf16 training's memory stops growing with every new matmul shape."""
+"""bound_kernel_caches: bf16 training's memory stops growing with every new matmul shape (inference's bound:
+``test_packed_linear.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from helpers import tiny_config
 
 from mt.config import ConfigError, compose
-from mt.train.kernel_cache import CAPACITY_ENVS, bound_kernel_caches
+from mt.kernel_cache import CAPACITY_ENVS, bound_kernel_caches
 from mt.train.setup import build_components, cpu_has_native_bf16
 
 
@@ -27,10 +28,18 @@ def test_sets_both_capacities_and_says_when_it_replaces_the_environments(clean_e
     bound_kernel_caches(16)
     assert [os.environ[n] for n in CAPACITY_ENVS] == ["16", "16"]
     clean_env.setenv("LRU_CACHE_CAPACITY", "512")
-    with caplog.at_level(logging.INFO, logger="mt.train.kernel_cache"):
+    with caplog.at_level(logging.INFO, logger="mt.kernel_cache"):
         bound_kernel_caches(8)
     assert [os.environ[n] for n in CAPACITY_ENVS] == ["8", "8"]
     assert "replaces LRU_CACHE_CAPACITY=512 from the environment" in caplog.text
+
+
+def test_with_environment_wins_a_capacity_from_the_environment_stays(clean_env, caplog) -> None:
+    clean_env.setenv("LRU_CACHE_CAPACITY", "512")
+    with caplog.at_level(logging.INFO, logger="mt.kernel_cache"):
+        bound_kernel_caches(256, environment_wins=True)
+    assert [os.environ[n] for n in CAPACITY_ENVS] == ["256", "512"]
+    assert "replaces" not in caplog.text
 
 
 def test_minus_one_leaves_the_libraries_own_settings(clean_env) -> None:
@@ -60,7 +69,7 @@ def test_build_components_bounds_the_caches_before_training(clean_env, tmp_path)
 # 60 bf16 linears, forward and both backward matmuls, each with a new row count (as token batches are).
 _GROWTH = """
 import os, sys, torch
-from mt.train.kernel_cache import bound_kernel_caches
+from mt.kernel_cache import bound_kernel_caches
 bound_kernel_caches(int(sys.argv[1]))
 torch.set_num_threads(1)
 def rss():

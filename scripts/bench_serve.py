@@ -307,7 +307,7 @@ def compare(args, ckpt: Path, requests, lines) -> tuple[dict, dict[str, str]]:
     errors, exact = sum(r.errors for r in rows), all(r.exact for r in rows)
     print(f"\nmedians over {args.rounds} round(s) at {top} clients: dynamic {dynamic:.1f} sent/s, one request per "
           f"batch {single:.1f} sent/s -> {dynamic / single:.2f}x (goal >= 3x); offline {off:.1f} sent/s -> "
-          f"server {dynamic / off:.0%} of offline (goal >= 80%); errors {errors}; every answer exact: {exact}")
+          f"server {dynamic / off:.1%} of offline (goal >= 80%); errors {errors}; every answer exact: {exact}")
     return {"runs": [asdict(r) | {"sentences_per_s": r.sentences_per_s, "requests_per_s": r.requests_per_s}
                      for r in rows],
             "offline_sentences_per_s": offline_rates, "speedup_vs_one_at_a_time": dynamic / single,

@@ -16,7 +16,7 @@ cache) stayed at 1.88 GiB. At update 60, 2 alternated rounds, tokens/s and RSS:
     oneDNN's at 0 (rebuilt every call)            2,019 / 2,057         1,713 / 1,715
 
 A bf16 linear over 60 new row counts grows RSS by ~120 MiB at 1024 and ~39 MiB at 32
-(``tests/test_kernel_cache.py``). Inference bounds them too (``packed_linear.bound_onednn_caches``).
+(``tests/test_kernel_cache.py``). Inference bounds them too (``packed_linear.packing_supported``).
 
 oneDNN and ideep read ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` and ``LRU_CACHE_CAPACITY`` once, when
 they first cache a kernel, so this must run before the process's first oneDNN matmul

@@ -259,7 +259,7 @@ def default_checkpoint() -> Path:
 
 def soak(args, ckpt: Path, requests, expected) -> dict:
     """8 clients for ``--soak-minutes``: the server's RSS at start, after the first minute (its kernel and
-    allocator caches filled) and at the end, sampled every ``RSS_EVERY_S``; errors, exactness."""
+    allocator caches mostly filled) and at the end, sampled every ``RSS_EVERY_S``; errors, exactness."""
     with Server(ckpt, args.threads, args.server_args) as server:
         rss = [(0.0, server.rss_mib())]
         done = threading.Event()

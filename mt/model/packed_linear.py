@@ -21,8 +21,9 @@ thousand (its RSS grew from 427 to 1,252 MiB in a 10-minute soak), so a product 
 one of a few sizes (``padded_rows``: multiples of 8 up to 64, then 8 sizes an octave, at most 1/8 more
 rows): 56 row counts up to 4,096, so a served model's kernels are built in its first minutes of traffic
 and then reused (RSS level at 630-655 MiB through 10-minute soaks, `docs/benchmarks.md`). The caches are
-also bounded to ``ONEDNN_CACHE_ENTRIES`` each before the first packed product (``bound_onednn_caches``; the
-environment's own ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` / ``LRU_CACHE_CAPACITY`` win).
+also bounded to ``ONEDNN_CACHE_ENTRIES`` each before the first packed product (``packing_supported`` calls
+``mt.kernel_cache.bound_kernel_caches``; the environment's own ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` /
+``LRU_CACHE_CAPACITY`` win).
 """
 
 from __future__ import annotations
@@ -38,18 +39,11 @@ from mt.kernel_cache import bound_kernel_caches
 ONEDNN_CACHE_ENTRIES = 256
 
 
-def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
-    """Bound oneDNN's kernel caches (see the module doc) unless the environment already sets them.
-
-    oneDNN reads the variables when it first builds a kernel, so this must run before the process's
-    first oneDNN operation (``packing_supported`` calls it first); later it changes nothing."""
-    bound_kernel_caches(entries, environment_wins=True)
-
-
 @functools.cache
 def packing_supported() -> bool:
     """True when this torch has oneDNN's packed linear for CPU float32 and it agrees with ``F.linear``."""
-    bound_onednn_caches()  # before the probe below, oneDNN's first kernel in an inference process
+    # before the probe below, oneDNN's first kernel in an inference process: the caches' size is read then
+    bound_kernel_caches(ONEDNN_CACHE_ENTRIES, environment_wins=True)
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
         return False
     try:

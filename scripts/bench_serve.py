@@ -258,8 +258,8 @@ def default_checkpoint() -> Path:
 
 
 def soak(args, ckpt: Path, requests, expected) -> dict:
-    """8 clients for ``--soak-minutes``: the server's RSS at start, after the first minute (its kernel and
-    allocator caches mostly filled) and at the end, sampled every ``RSS_EVERY_S``; errors, exactness."""
+    """8 clients for ``--soak-minutes``: the server's RSS at start (after its warm-up), after the first minute
+    and at the end, sampled every ``RSS_EVERY_S``, and the growth from start to end; errors, exactness."""
     with Server(ckpt, args.threads, args.server_args) as server:
         rss = [(0.0, server.rss_mib())]
         done = threading.Event()
@@ -276,10 +276,12 @@ def soak(args, ckpt: Path, requests, expected) -> dict:
         sampler.join()
         rss.append((args.soak_minutes * 60, server.rss_mib()))
     after_minute = next((mib for seconds, mib in rss if seconds >= 60), rss[-1][1])
+    growth = rss[-1][1] / rss[0][1] - 1
     print(f"soak: RSS {rss[0][1]:.0f} MiB at start, {after_minute:.0f} after a minute, {rss[-1][1]:.0f} at the end "
-          f"(max {max(mib for _, mib in rss):.0f}); errors {result.errors}; exact {result.exact}", flush=True)
+          f"({growth:+.1%}; max {max(mib for _, mib in rss):.0f}); errors {result.errors}; exact {result.exact}",
+          flush=True)
     return {"rss_start_mib": rss[0][1], "rss_after_minute_mib": after_minute, "rss_end_mib": rss[-1][1],
-            "rss_samples": rss, **asdict(result)}
+            "rss_growth": growth, "rss_samples": rss, **asdict(result)}
 
 
 def compare(args, ckpt: Path, requests, lines) -> tuple[dict, dict[str, str]]:

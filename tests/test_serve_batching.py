@@ -8,6 +8,7 @@ else was in the request's batch, and the worker must actually have merged reques
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
 import httpx
@@ -15,7 +16,10 @@ import pytest
 from export_helpers import demo_model
 from serve_helpers import reference, serving, torch_engine
 
-from mt.serve.engine import Options
+from mt.decode import Translator
+from mt.decode.common import max_output_lengths
+from mt.decode.translator import collate_sources
+from mt.serve.engine import FILL_LONGEST, FORCED_LENGTH, Options, fill_lines, rows_per_line
 from mt.serve.settings import ServeSettings
 
 REQUESTS = 24
@@ -80,3 +84,28 @@ def test_one_request_at_a_time_gives_the_same_answers(demo, engine):
         metrics = httpx.get(f"{url}/metrics").text
     assert [line for a in answers for line in a.json()["translatedText"]] == reference(engine, lines)
     assert f"mt_batch_requests_bucket{{le=\"1.0\"}} {float(len(requests))}" in metrics
+
+
+def test_the_fill_warm_up_decodes_the_largest_batch_at_the_length_limit(demo, engine):
+    settings = engine.settings(Options())
+    budget, rows = settings.max_tokens, rows_per_line(settings)
+    lines = fill_lines(budget, rows, engine.max_src_len)
+    words = [len(line.split()) for line in lines]
+    assert words[:3] == [1, 2, 3] and max(words) <= FILL_LONGEST
+    cost = sum((n + 1) * rows for n in words)
+    assert cost <= budget < cost + (len(words) % FILL_LONGEST + 2) * rows  # one more line would not fit
+    t = engine.translator
+    forced = Translator(t.model, t.tokenizers, dataclasses.replace(t.cfg, nbest=1, min_len=FORCED_LENGTH), "cpu",
+                        max_positions=t.max_positions, max_src_len=t.max_src_len)
+    sources = forced.encode_lines(lines[:5])
+    limits = max_output_lengths(collate_sources(sources, "cpu")[1], t.cfg.max_len_a, t.cfg.max_len_b, t.max_positions)
+    assert [len(x.hypotheses[0].tokens) for x in forced.translate_nbest(lines[:5])] == limits  # EOS only at the limit
+    before = reference(engine, demo.sources[:8])
+    assert engine.fill(10 * budget) == min(len(lines), settings.max_sentences)  # one decoder batch at most
+    assert reference(engine, demo.sources[:8]) == before  # the warm-up leaves no state behind
+
+
+def test_fill_lines_fit_a_small_budget_and_the_model_limit():
+    assert fill_lines(1, 4, None) == ["a"]  # always one line, even over the budget
+    # (words + EOS) x 1 row: 2 + 3 + 4 a round; 3 rounds and a 1-word line cost 29, a 2-word line more would be 32
+    assert [len(line.split()) for line in fill_lines(30, 1, 3)] == [1, 2, 3, 1, 2, 3, 1, 2, 3, 1]

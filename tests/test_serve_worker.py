@@ -159,3 +159,25 @@ def test_a_job_is_answered_as_soon_as_its_lines_are_done(loop):
     assert [o.text for o in loop.run_until_complete(asyncio.wait_for(second.future, WAIT_S))] == ["B", "C"]
     worker.stop()
     assert engine.calls == 2  # the warm-up, then one gather of both jobs
+
+
+class Filling(Recorder):
+    """A Recorder with mt's second warm-up (``fill``), which records its budget and target."""
+
+    def __init__(self) -> None:
+        super().__init__(("de", "fr"))
+        self.fills: list[tuple[int, str | None]] = []
+
+    def fill(self, max_batch_tokens: int, target: str | None = None) -> int:
+        self.fills.append((max_batch_tokens, target))
+        return 1
+
+
+@pytest.mark.parametrize("fill", [True, False])
+def test_the_worker_fills_after_the_warm_up_line_unless_told_not_to(fill):
+    engine = Filling()
+    worker = BatchingWorker(engine, max_batch_tokens=321, max_wait_s=0.001, max_queue=1, threads=1, fill=fill)
+    worker.start()
+    assert worker.ready.wait(WAIT_S)
+    worker.stop()
+    assert engine.calls == 1 and engine.fills == ([(321, "de")] if fill else [])

@@ -54,6 +54,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
                    help="largest beam a request may ask for (default: %(default)s)")
     g.add_argument("--timeout", type=ranged(float, 0, low_open=True), default=DEFAULTS.timeout_s,
                    help="seconds before an unanswered request gets 504 (default: %(default)s)")
+    g.add_argument("--quick-start", action="store_true",
+                   help="warm up with one line only, not also a full batch at the length limit: ready sooner, "
+                        "but memory then grows with the first minutes of traffic")
     g.add_argument("--api-keys", type=Path, metavar="FILE", help="one key a line; requests need one (403 without)")
     g.add_argument("--source-lang", help="source language code (default: the checkpoint's; en for --ct2)")
     g.add_argument("--target-lang", help="target language code (default: the checkpoint's; de for --ct2); a model "
@@ -68,7 +71,7 @@ def settings_from(args: argparse.Namespace):
         max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
         max_lines=args.max_lines, max_body_bytes=args.max_body_bytes, max_beam=args.max_beam,
         timeout_s=args.timeout, api_keys=load_api_keys(args.api_keys) if args.api_keys else frozenset(),
-        threads=args.threads,
+        fill=not args.quick_start, threads=args.threads,
     )
 
 

@@ -70,6 +70,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         max_wait_s=settings.max_wait_ms / 1000,
         max_queue=settings.max_queue,
         threads=settings.threads or usable_cores(),
+        fill=settings.fill,
         on_batch=metrics.observe_batch,
     )
 

@@ -18,6 +18,7 @@ client left or timed out before their batch began are dropped.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -26,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from mt.serve.engine import Engine, Options, Output
+
+logger = logging.getLogger(__name__)
 
 WARM_UP_LINE = "a"  # one or two pieces: within any model's length limit
 
@@ -77,11 +80,12 @@ class BatchingWorker:
         max_wait_s: float,
         max_queue: int,
         threads: int,
+        fill: bool = True,
         on_batch: Callable[[BatchReport], None] = lambda report: None,
     ) -> None:
         self.engine = engine
         self.max_batch_tokens, self.max_wait_s, self.max_queue = max_batch_tokens, max_wait_s, max_queue
-        self.threads = threads
+        self.threads, self.fill = threads, fill
         self.on_batch = on_batch
         self.ready = threading.Event()  # set once the warm-up translation ran
         self.warmup_error: BaseException | None = None
@@ -117,13 +121,23 @@ class BatchingWorker:
 
         torch.set_num_threads(self.threads)
         try:
-            self.engine.translate([WARM_UP_LINE], Options(), [warm_up_target(self.engine)])
+            self._warm_up()
         except Exception as e:  # noqa: BLE001  (reported by /health; the server stays up to say why)
             self.warmup_error = e
         else:
             self.ready.set()
         while (batch := self._gather()) is not None:
             self._decode(batch)
+
+    def _warm_up(self) -> None:
+        """One line, then (an engine with ``fill``: mt's) a full gather at the length limit."""
+        target = warm_up_target(self.engine)
+        self.engine.translate([WARM_UP_LINE], Options(), [target])
+        fill = getattr(self.engine, "fill", None)
+        if fill is not None and self.fill:
+            start = time.monotonic()
+            lines = fill(self.max_batch_tokens, target)
+            logger.info("warm-up: %d lines at the length limit in %.1f s", lines, time.monotonic() - start)
 
     def _gather(self) -> list[Job] | None:
         """The next batch (see the module docstring), or None once stopping with an empty queue."""

@@ -6,7 +6,7 @@ into a ``DecodeConfig`` validated like any config, so a bad value is a 400 namin
 of several target languages (``tagged``) reads each line's target as a tag before its source: the
 engine takes one target per line, so lines for different targets share a batch. ``translate`` also tells
 ``on_done`` of lines as they are finished (each line once), so the worker can answer a request before the
-rest of a large gather is decoded.
+rest of a large gather is decoded. ``TorchEngine.fill`` is the worker's second warm-up (see there).
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ class Output:
     def text(self) -> str:
         return self.texts[0] if self.texts else ""
 
+
+FILL_LONGEST = 64  # pieces of the longest warm-up source: about the longest line of everyday text
+FILL_WORD = "a"  # one piece in any SentencePiece model of a Latin-script language (or a few pieces)
+FORCED_LENGTH = 1 << 30  # as min_len: EOS is banned until a sentence's own maximum length
 
 LinesDone = Callable[[list[tuple[int, Output]]], None]  # (line index, its output) of lines just finished
 
@@ -125,6 +129,39 @@ class TorchEngine:
                 on_done([(i, as_output(tr)) for i, tr in done])
 
         return [as_output(tr) for tr in translator.translate_nbest(lines, target_lang=targets, on_batch=batch_done)]
+
+    def fill(self, max_batch_tokens: int, target: str | None = None) -> int:
+        """Decode the largest batch the settings allow, every output at its length limit; returns its lines.
+
+        The worker's second warm-up: sources of 1, 2, ... words (``fill_lines``) up to one decoder batch
+        (``max_batch_tokens`` and the decoder's own ``max_tokens``, ``max_sentences``), with EOS banned until
+        each sentence's maximum length, so the batch runs as long as the limits allow and shrinks a sentence
+        a step through the row counts traffic meets. Most of the memory traffic would build (kernels, one per
+        product shape, and the heap's high-water mark) is then there before the first request, and a machine
+        too small for the model fails at start, not on a request. (A 4-minute soak at 8 clients: RSS +12% from
+        start to end with it, +42% with one warm-up line; docs/benchmarks.md.)
+        """
+        t = self.translator
+        cfg = dataclasses.replace(t.cfg, nbest=1, min_len=FORCED_LENGTH)  # min_len is capped by each max_len
+        budget = min(max_batch_tokens, cfg.max_tokens)
+        lines = fill_lines(budget, rows_per_line(cfg), t.max_src_len)[: cfg.max_sentences]
+        translator = Translator(t.model, t.tokenizers, cfg, t.device, max_positions=t.max_positions,
+                                max_src_len=t.max_src_len)
+        translator.translate_nbest(lines, target_lang=target)
+        return len(lines)
+
+
+def fill_lines(max_batch_tokens: int, rows: int, max_src_len: int | None) -> list[str]:
+    """Warm-up lines of 1, 2, ... ``FILL_LONGEST`` words (then again from 1) whose cost, (words + EOS) x
+    ``rows``, fits ``max_batch_tokens`` (at least one line)."""
+    longest = min(FILL_LONGEST, max_src_len or FILL_LONGEST)
+    lines, cost = [], 0
+    while True:
+        words = len(lines) % longest + 1
+        cost += (words + 1) * rows
+        if lines and cost > max_batch_tokens:
+            return lines
+        lines.append(" ".join([FILL_WORD] * words))
 
 
 def as_output(translation: Translation) -> Output:

@@ -20,7 +20,8 @@ oneDNN builds a kernel for every input shape and keeps it in two caches (its pri
 thousand (its RSS grew from 427 to 1,252 MiB in a 10-minute soak), so a product runs its rows padded up to
 one of a few sizes (``padded_rows``: multiples of 8 up to 64, then 8 sizes an octave, at most 1/8 more
 rows): 56 row counts up to 4,096, so a served model's kernels are built in its warm-up and first minutes of
-traffic and then reused (RSS level through 10-minute soaks, `docs/benchmarks.md`). The caches are also bounded to ``ONEDNN_CACHE_ENTRIES`` each before the first packed product (``packing_supported`` calls
+traffic and then reused (RSS level through 10-minute soaks, `docs/benchmarks.md`). The caches are also
+bounded to ``ONEDNN_CACHE_ENTRIES`` each before the first packed product (``packing_supported`` calls
 ``mt.kernel_cache.bound_kernel_caches``; the environment's own ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` /
 ``LRU_CACHE_CAPACITY`` win).
 """

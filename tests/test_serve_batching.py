@@ -88,12 +88,12 @@ def test_one_request_at_a_time_gives_the_same_answers(demo, engine):
 
 def test_the_fill_warm_up_decodes_the_largest_batch_at_the_length_limit(demo, engine):
     settings = engine.settings(Options())
-    budget, rows = settings.max_tokens, rows_per_line(settings)
-    lines = fill_lines(budget, rows, engine.max_src_len)
-    words = [len(line.split()) for line in lines]
-    assert words[:3] == [1, 2, 3] and max(words) <= FILL_LONGEST
-    cost = sum((n + 1) * rows for n in words)
-    assert cost <= budget < cost + (len(words) % FILL_LONGEST + 2) * rows  # one more line would not fit
+    budget, rows, per_word = settings.max_tokens, rows_per_line(settings), max(1, engine.count_pieces("a"))
+    lines = fill_lines(budget, rows, engine.max_src_len, per_word)
+    assert [engine.count_pieces(line) for line in lines[:3]] == [per_word, 2 * per_word, 3 * per_word]
+    assert max(engine.count_pieces(line) for line in lines) <= FILL_LONGEST
+    cost = sum((engine.count_pieces(line) + 1) * rows for line in lines)
+    assert cost <= budget < cost + (FILL_LONGEST + 1) * rows  # a longest line more would not fit
     t = engine.translator
     forced = Translator(t.model, t.tokenizers, dataclasses.replace(t.cfg, nbest=1, min_len=FORCED_LENGTH), "cpu",
                         max_positions=t.max_positions, max_src_len=t.max_src_len)
@@ -107,5 +107,6 @@ def test_the_fill_warm_up_decodes_the_largest_batch_at_the_length_limit(demo, en
 
 def test_fill_lines_fit_a_small_budget_and_the_model_limit():
     assert fill_lines(1, 4, None) == ["a"]  # always one line, even over the budget
+    assert fill_lines(100, 1, 5, pieces_per_word=2)[:4] == ["a", "a a", "a", "a a"]  # 2 words: 4 of 5 pieces
     # (words + EOS) x 1 row: 2 + 3 + 4 a round; 3 rounds and a 1-word line cost 29, a 2-word line more would be 32
     assert [len(line.split()) for line in fill_lines(30, 1, 3)] == [1, 2, 3, 1, 2, 3, 1, 2, 3, 1]

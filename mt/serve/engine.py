@@ -142,23 +142,26 @@ class TorchEngine:
         start to end with it, +42% with one warm-up line; docs/benchmarks.md.)
         """
         t = self.translator
-        cfg = dataclasses.replace(t.cfg, nbest=1, min_len=FORCED_LENGTH)  # min_len is capped by each max_len
+        # min_len is capped by each sentence's max_len; a line over the source limit is cut, never refused
+        cfg = dataclasses.replace(t.cfg, nbest=1, min_len=FORCED_LENGTH, on_too_long="truncate")
         budget = min(max_batch_tokens, cfg.max_tokens)
-        lines = fill_lines(budget, rows_per_line(cfg), t.max_src_len)[: cfg.max_sentences]
+        per_word = max(1, self.count_pieces(FILL_WORD))
+        room = None if t.max_src_len is None else t.max_src_len - (self.count_pieces(FILL_WORD, target) - per_word)
+        lines = fill_lines(budget, rows_per_line(cfg), room, per_word)[: cfg.max_sentences]
         translator = Translator(t.model, t.tokenizers, cfg, t.device, max_positions=t.max_positions,
                                 max_src_len=t.max_src_len)
         translator.translate_nbest(lines, target_lang=target)
         return len(lines)
 
 
-def fill_lines(max_batch_tokens: int, rows: int, max_src_len: int | None) -> list[str]:
-    """Warm-up lines of 1, 2, ... ``FILL_LONGEST`` words (then again from 1) whose cost, (words + EOS) x
-    ``rows``, fits ``max_batch_tokens`` (at least one line)."""
-    longest = min(FILL_LONGEST, max_src_len or FILL_LONGEST)
+def fill_lines(max_batch_tokens: int, rows: int, max_src_len: int | None, pieces_per_word: int = 1) -> list[str]:
+    """Warm-up lines of 1, 2, ... words (then again from 1), each at most ``FILL_LONGEST`` and ``max_src_len``
+    pieces, whose cost, (pieces + EOS) x ``rows``, fits ``max_batch_tokens`` (at least one line)."""
+    longest = max(1, min(FILL_LONGEST, max_src_len or FILL_LONGEST) // pieces_per_word)
     lines, cost = [], 0
     while True:
         words = len(lines) % longest + 1
-        cost += (words + 1) * rows
+        cost += (words * pieces_per_word + 1) * rows
         if lines and cost > max_batch_tokens:
             return lines
         lines.append(" ".join([FILL_WORD] * words))

@@ -130,7 +130,7 @@ class BatchingWorker:
             self._decode(batch)
 
     def _warm_up(self) -> None:
-        """One line, then (an engine with ``fill``: mt's) a full gather at the length limit."""
+        """One line, then (an engine with ``fill``: mt's) the largest batch, at the length limit."""
         target = warm_up_target(self.engine)
         self.engine.translate([WARM_UP_LINE], Options(), [target])
         fill = getattr(self.engine, "fill", None)

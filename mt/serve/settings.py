@@ -19,5 +19,5 @@ class ServeSettings:
     max_body_bytes: int = 1_000_000  # request body size
     timeout_s: float = 60.0  # a request not answered in this time gets 504
     api_keys: frozenset[str] = field(default_factory=frozenset)  # empty: no key needed
-    fill: bool = True  # warm up with a full gather at the length limit too (``TorchEngine.fill``), not one line only
+    fill: bool = True  # warm up with the largest batch at the length limit too (``TorchEngine.fill``)
     threads: int = 0  # torch threads of the decoding worker (0: every core this process may use)

@@ -72,3 +72,23 @@ def test_sigterm_answers_accepted_requests_then_exits_0(server):
     assert process.wait(timeout=WAIT_S) == 0, process.stderr.read()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/health")
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_the_batch_warm_up_is_reported_and_quick_start_skips_it(tmp_path, quick):
+    ckpt = untrained_checkpoint(tmp_path / "untrained.pt")
+    port = free_port()
+    command = [sys.executable, "-m", "mt.cli.serve", "--ckpt", str(ckpt), "--port", str(port), "--threads", "1",
+               "--log-level", "info", *(["--quick-start"] if quick else [])]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", timeout=WAIT_S)
+        process.send_signal(signal.SIGTERM)
+        err = process.communicate(timeout=WAIT_S)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    reported = re.search(r"^mt-serve: warm-up: \d+ lines at the length limit in \d+\.\d s$", err, re.MULTILINE)
+    assert process.returncode == 0 and (reported is None) == quick, err

@@ -18,6 +18,7 @@ answers those already taken, then exits 0.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import socket
 import sys
@@ -153,12 +154,23 @@ def serve(args: argparse.Namespace) -> None:
     port = sock.getsockname()[1]  # --port 0: the one the OS picked
     print(f"mt-serve: http://{args.host}:{port}/ ({engine.source_lang} -> {', '.join(engine.target_langs)})",
           file=sys.stderr, flush=True)
+    show_server_log(args.log_level)
     app = create_app(engine, settings)
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is over; a handler that ignores
     # it lets the command return, so the drained server exits 0
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False)  # no access log: keys in URLs stay out
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def show_server_log(level: str) -> None:
+    """``mt.serve``'s log (the warm-up's time, unexpected errors) on stderr as ``mt-serve: ...`` lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("mt-serve: %(message)s"))
+    logger = logging.getLogger("mt.serve")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -120,9 +120,7 @@ class TorchEngine:
     ) -> list[Output]:
         """The outputs of ``lines``; the Translator sorts them by length and decodes them in batches of
         similar lengths, and ``on_done`` hears of each batch as it ends."""
-        t = self.translator
-        translator = Translator(t.model, t.tokenizers, self.settings(options), t.device,
-                                max_positions=t.max_positions, max_src_len=t.max_src_len)
+        translator = self._translator(self.settings(options))
 
         def batch_done(done: list[tuple[int, Translation]]) -> None:
             if on_done is not None:
@@ -148,10 +146,14 @@ class TorchEngine:
         per_word = max(1, self.count_pieces(FILL_WORD))
         room = None if t.max_src_len is None else t.max_src_len - (self.count_pieces(FILL_WORD, target) - per_word)
         lines = fill_lines(budget, rows_per_line(cfg), room, per_word)[: cfg.max_sentences]
-        translator = Translator(t.model, t.tokenizers, cfg, t.device, max_positions=t.max_positions,
-                                max_src_len=t.max_src_len)
-        translator.translate_nbest(lines, target_lang=target)
+        self._translator(cfg).translate_nbest(lines, target_lang=target)
         return len(lines)
+
+    def _translator(self, cfg: DecodeConfig) -> Translator:
+        """The served model and tokenizers with the search settings ``cfg``."""
+        t = self.translator
+        return Translator(t.model, t.tokenizers, cfg, t.device, max_positions=t.max_positions,
+                          max_src_len=t.max_src_len)
 
 
 def fill_lines(max_batch_tokens: int, rows: int, max_src_len: int | None, pieces_per_word: int = 1) -> list[str]:

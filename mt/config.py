@@ -130,6 +130,9 @@ class OptimConfig:
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0 = no clipping
     label_smoothing: float = 0.1
+    # R-Drop (Liang et al. 2021; mt.train.rdrop): > 0 runs each batch twice and adds alpha times the
+    # symmetric KL between the two copies' outputs; about twice the compute per update. 0 = off.
+    rdrop_alpha: float = 0.0
     fused: bool = False  # torch's fused Adam kernel (CPU and CUDA) instead of one op per parameter tensor
 
 

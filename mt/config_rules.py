@@ -147,6 +147,7 @@ RULES: dict[str, list[Rule]] = {
         at_least("weight_decay", 0),
         at_least("clip_norm", 0, "0 = no clipping"),
         fraction("label_smoothing"),
+        at_least("rdrop_alpha", 0, "0 = off"),
     ],
     "train": [
         positive("max_updates"),

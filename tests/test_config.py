@@ -102,6 +102,7 @@ BAD_VALUES = [
     (["optim.betas=[-0.1,0.98]"], "optim.betas=[-0.1,0.98]: must be two values in [0, 1)"),
     (["optim.schedule=cosine"], "optim.schedule=cosine: must be one of noam | inverse_sqrt"),
     (["optim.budget_decay=step"], "optim.budget_decay=step: must be one of none | linear | cosine"),
+    (["optim.rdrop_alpha=-1"], "optim.rdrop_alpha=-1.0: must be >= 0 (0 = off)"),
 ]
 
 

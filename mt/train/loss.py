@@ -17,25 +17,25 @@ from __future__ import annotations
 import torch
 
 
-def _smoothing_weights(epsilon: float, vocab: int) -> tuple[float, float]:
+def smoothing_weights(epsilon: float, vocab: int) -> tuple[float, float]:
     """``(on_target, e)``: one token's loss is ``on_target * nll + e * smooth`` (see the module docstring)."""
     eps_other = epsilon / (vocab - 1)
     return 1.0 - epsilon - eps_other, eps_other
 
 
-def _token_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
+def token_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
     """Per-row ``(loss, nll, lse)`` of logits z (N, V) against target (N, 1) (the module docstring's formula)."""
-    on_target, eps_other = _smoothing_weights(epsilon, z.size(-1))
+    on_target, eps_other = smoothing_weights(epsilon, z.size(-1))
     lse = torch.logsumexp(z, dim=-1)  # (N,)
     nll = lse - z.gather(1, target).squeeze(1)  # (N,)
     smooth = z.size(-1) * lse - z.sum(dim=-1)  # (N,)
     return on_target * nll + eps_other * smooth, nll, lse
 
 
-def _logit_gradient_(probs: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float,
+def logit_gradient_(probs: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float,
                      g_loss, g_nll) -> torch.Tensor:
     """In place: softmax rows probs (N, V) -> d(g_loss * loss_sum + g_nll * nll_sum)/dz; rows with keep=False 0."""
-    on_target, eps_other = _smoothing_weights(epsilon, probs.size(-1))
+    on_target, eps_other = smoothing_weights(epsilon, probs.size(-1))
     probs.mul_(g_loss * (on_target + eps_other * probs.size(-1)) + g_nll).sub_(g_loss * eps_other)
     onehot_coef = torch.as_tensor(-(g_loss * on_target + g_nll), dtype=probs.dtype)  # d/dz_y of both sums
     probs.scatter_add_(1, target, onehot_coef.expand(target.shape))
@@ -47,7 +47,7 @@ class _SmoothedNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float):
-        loss, nll, lse = _token_losses(logits, target.unsqueeze(1), epsilon)
+        loss, nll, lse = token_losses(logits, target.unsqueeze(1), epsilon)
         zero = logits.new_zeros(())
         ctx.save_for_backward(logits, lse, target, keep)
         ctx.epsilon = epsilon
@@ -59,7 +59,7 @@ class _SmoothedNLL(torch.autograd.Function):
         g_loss = grad_loss if grad_loss is not None else logits.new_zeros(())
         g_nll = grad_nll if grad_nll is not None else logits.new_zeros(())
         probs = torch.exp(logits - lse.unsqueeze(1))  # (N, V) softmax
-        return _logit_gradient_(probs, target.unsqueeze(1), keep, ctx.epsilon, g_loss, g_nll), None, None, None
+        return logit_gradient_(probs, target.unsqueeze(1), keep, ctx.epsilon, g_loss, g_nll), None, None, None
 
 
 def label_smoothed_nll_loss(
@@ -87,7 +87,7 @@ class _ChunkedOutputLoss(torch.autograd.Function):
     """The summed smoothed loss of ``hidden @ weight^T`` and its NLL, ``chunk`` rows of logits at a time.
 
     The gradient is formed in the forward pass (the loss is the graph's last node, so its upstream
-    gradient is one scalar): per chunk, ``dL/dz`` (``_logit_gradient_``, as in ``_SmoothedNLL.backward``),
+    gradient is one scalar): per chunk, ``dL/dz`` (``logit_gradient_``, as in ``_SmoothedNLL.backward``),
     then ``dL/dh = dL/dz @ W`` and ``dL/dW += dL/dz^T @ h``; backward only scales the saved (N, D) and
     (V, D) gradients. No (N, V) tensor ever exists whole. Matmuls run in ``dtype`` (bf16 under autocast),
     the softmax and the sums in float32 (float64 for float64 inputs). The NLL is not differentiable.
@@ -106,11 +106,11 @@ class _ChunkedOutputLoss(torch.autograd.Function):
                 rows = slice(start, start + chunk)
                 h, t, k = hidden[rows].to(dtype), target[rows].unsqueeze(1), keep[rows]  # (C, D), (C, 1), (C,)
                 z = (h @ w.t()).to(acc)  # (C, V)
-                loss, nll, lse = _token_losses(z, t, epsilon)  # (C,) each
+                loss, nll, lse = token_losses(z, t, epsilon)  # (C,) each
                 loss_sum += torch.where(k, loss, 0.0).sum()
                 nll_sum += torch.where(k, nll, 0.0).sum()
                 probs = z.sub_(lse.unsqueeze(1)).exp_()  # (C, V) softmax, in z's memory
-                g = _logit_gradient_(probs, t, k, epsilon, 1.0, 0.0).to(dtype)
+                g = logit_gradient_(probs, t, k, epsilon, 1.0, 0.0).to(dtype)
                 grad_hidden[rows] = g @ w  # (C, D)
                 grad_weight += g.t() @ h  # (V, D)
         ctx.save_for_backward(grad_hidden, grad_weight)

@@ -120,6 +120,7 @@ def step_context(parts: Components) -> StepContext:
         dist=parts.dist, device=parts.device,
         label_smoothing=cfg.optim.label_smoothing, pad_id=PAD_ID, clip_norm=cfg.optim.clip_norm,
         autocast=autocast_factory(cfg.train.precision, parts.device), scaler=parts.scaler,
+        rdrop_alpha=cfg.optim.rdrop_alpha,
     )
 
 

@@ -20,6 +20,7 @@ from torch import nn
 from mt.data import Batch
 from mt.train.distributed import DistInfo, all_reduce_sum
 from mt.train.loss import output_loss
+from mt.train.rdrop import doubled, rdrop_output_loss
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class StepContext:
     clip_norm: float
     autocast: Callable[[], contextlib.AbstractContextManager]
     scaler: torch.amp.GradScaler | None = None
+    rdrop_alpha: float = 0.0  # > 0: R-Drop (mt.train.rdrop), each batch twice
 
 
 def _multiply_grads(params: Sequence[nn.Parameter], factor: float) -> None:
@@ -58,6 +60,18 @@ def _multiply_grads(params: Sequence[nn.Parameter], factor: float) -> None:
 def _grad_norm(params: Sequence[nn.Parameter], clip_norm: float) -> float:
     max_norm = clip_norm if clip_norm > 0 else math.inf
     return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def _batch_loss(ctx: StepContext, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss_sum, nll_sum)`` of one micro-batch: the label-smoothed loss, or R-Drop's with ``rdrop_alpha``."""
+    if ctx.rdrop_alpha > 0:
+        src, src_pad_mask, tgt_in = doubled(batch.src, batch.src_pad_mask, batch.tgt_in)
+        hidden = ctx.model(src, src_pad_mask, tgt_in, project_output=False)  # (2B, T, D)
+        return rdrop_output_loss(
+            hidden, ctx.output_weight, batch.tgt_out, ctx.label_smoothing, ctx.rdrop_alpha, ctx.pad_id
+        )
+    hidden = ctx.model(batch.src, batch.src_pad_mask, batch.tgt_in, project_output=False)  # (B, T, D)
+    return output_loss(hidden, ctx.output_weight, batch.tgt_out, ctx.label_smoothing, ctx.pad_id)
 
 
 def train_step(ctx: StepContext, micro_batches: Sequence[Batch]) -> StepResult:
@@ -74,8 +88,7 @@ def train_step(ctx: StepContext, micro_batches: Sequence[Batch]) -> StepResult:
             sync = contextlib.nullcontext() if last or not ctx.dist.enabled else model.no_sync()
             with sync:
                 with ctx.autocast():
-                    hidden = model(batch.src, batch.src_pad_mask, batch.tgt_in, project_output=False)  # (B, T, D)
-                    loss, nll = output_loss(hidden, ctx.output_weight, batch.tgt_out, ctx.label_smoothing, ctx.pad_id)
+                    loss, nll = _batch_loss(ctx, batch)
                 (ctx.scaler.scale(loss) if ctx.scaler is not None else loss).backward()
             local_loss += float(loss.detach())
             local_nll += float(nll.detach())

@@ -113,15 +113,11 @@ class _ChunkedOutputLoss(torch.autograd.Function):
                 g = logit_gradient_(probs, t, k, epsilon, 1.0, 0.0).to(dtype)
                 grad_hidden[rows] = g @ w  # (C, D)
                 grad_weight += g.t() @ h  # (V, D)
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.weight_dtype = weight.dtype
-        ctx.mark_non_differentiable(nll_sum)
-        return loss_sum, nll_sum
+        return keep_formed_gradients(ctx, grad_hidden, grad_weight, weight.dtype, loss_sum, nll_sum)
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_loss, (grad_weight * grad_loss).to(ctx.weight_dtype), None, None, None, None, None
+        return *formed_gradients(ctx, grad_loss), None, None, None, None, None
 
 
 def output_loss(
@@ -139,10 +135,33 @@ def output_loss(
         ``(loss_sum, nll_sum)`` as ``label_smoothed_nll_loss``; only the loss has a gradient. Under autocast
         the matmuls run in its dtype, as ``F.linear`` would.
     """
+    flat, target, keep, chunk, dtype = chunked_loss_inputs(hidden, weight, target, ignore_index, chunk_bytes)
+    return _ChunkedOutputLoss.apply(flat, weight, target, keep, float(epsilon), chunk, dtype)
+
+
+def chunked_loss_inputs(
+    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, ignore_index: int, chunk_bytes: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.dtype]:
+    """What a chunked loss takes: hidden (..., D) as rows (N, D), target (...) as (M,) with padding set to
+    id 0, ``keep`` (M,) (False at padding), rows per chunk (``chunk_bytes`` of float32 logits, at least 16)
+    and the matmuls' dtype (autocast's, or the weight's)."""
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
-    flat = hidden.reshape(-1, hidden.size(-1))  # (B*T, D)
-    target = target.reshape(-1)  # (B*T,)
+    target = target.reshape(-1)  # (M,)
     keep = target.ne(ignore_index)
     chunk = max(16, chunk_bytes // (4 * weight.size(0)))
-    return _ChunkedOutputLoss.apply(flat, weight, target.masked_fill(~keep, 0), keep, float(epsilon), chunk, dtype)
+    return hidden.reshape(-1, hidden.size(-1)), target.masked_fill(~keep, 0), keep, chunk, dtype
+
+
+def keep_formed_gradients(ctx, grad_hidden, grad_weight, weight_dtype: torch.dtype, loss_sum, nll_sum):
+    """A chunked loss's forward end: saves the gradients it formed; returns ``(loss_sum, nll_sum)``."""
+    ctx.save_for_backward(grad_hidden, grad_weight)
+    ctx.weight_dtype = weight_dtype
+    ctx.mark_non_differentiable(nll_sum)
+    return loss_sum, nll_sum
+
+
+def formed_gradients(ctx, grad_loss: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A chunked loss's backward: the saved gradients of hidden and weight, scaled by the upstream one."""
+    grad_hidden, grad_weight = ctx.saved_tensors
+    return grad_hidden * grad_loss, (grad_weight * grad_loss).to(ctx.weight_dtype)

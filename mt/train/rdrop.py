@@ -22,7 +22,13 @@ from __future__ import annotations
 
 import torch
 
-from mt.train.loss import logit_gradient_, token_losses
+from mt.train.loss import (
+    chunked_loss_inputs,
+    formed_gradients,
+    keep_formed_gradients,
+    logit_gradient_,
+    token_losses,
+)
 
 
 def doubled(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -65,10 +71,10 @@ class _ChunkedRDropLoss(torch.autograd.Function):
                 z1, z2 = (h1 @ w.t()).to(acc), (h2 @ w.t()).to(acc)  # (C, V) each
                 loss1, nll1, lse1 = token_losses(z1, t, epsilon)  # (C,) each
                 loss2, nll2, lse2 = token_losses(z2, t, epsilon)
-                p1 = z1.sub_(lse1.unsqueeze(1))  # (C, V) log p_1, in z1's memory
-                p2 = z2.sub_(lse2.unsqueeze(1))
-                d = p1 - p2  # (C, V) log p_1 - log p_2
-                p1, p2 = p1.exp_(), p2.exp_()  # (C, V) softmax rows
+                logp1 = z1.sub_(lse1.unsqueeze(1))  # (C, V), in z1's memory
+                logp2 = z2.sub_(lse2.unsqueeze(1))
+                d = logp1 - logp2  # (C, V)
+                p1, p2 = logp1.exp_(), logp2.exp_()  # (C, V) softmax rows, in place
                 kl12, kl21 = (p1 * d).sum(dim=-1), (p2 * d).sum(dim=-1).neg_()  # (C,) each
                 loss = 0.5 * (loss1 + loss2) + 0.25 * alpha * (kl12 + kl21)  # (C,)
                 loss_sum += torch.where(k, loss, 0.0).sum()
@@ -79,16 +85,11 @@ class _ChunkedRDropLoss(torch.autograd.Function):
                 g2 = logit_gradient_(p2, t, k, epsilon, 0.5, 0.0).add_(kl_g2.mul_(kl_weight)).to(dtype)
                 grad_hidden[first], grad_hidden[second] = g1 @ w, g2 @ w  # (C, D) each
                 grad_weight += g1.t() @ h1 + g2.t() @ h2  # (V, D)
-        ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.weight_dtype = weight.dtype
-        ctx.mark_non_differentiable(nll_sum)
-        return loss_sum, nll_sum
+        return keep_formed_gradients(ctx, grad_hidden, grad_weight, weight.dtype, loss_sum, nll_sum)
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
-        grad_hidden, grad_weight = ctx.saved_tensors
-        grad_w = (grad_weight * grad_loss).to(ctx.weight_dtype)
-        return grad_hidden * grad_loss, grad_w, None, None, None, None, None, None
+        return *formed_gradients(ctx, grad_loss), None, None, None, None, None, None
 
 
 def rdrop_output_loss(
@@ -110,12 +111,6 @@ def rdrop_output_loss(
     batch, length = target.shape
     if hidden.size(0) != 2 * batch or hidden.size(1) != length:
         raise ValueError(f"R-Drop expects hidden of {2 * batch} x {length} rows, got {tuple(hidden.shape[:2])}")
-    device = hidden.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
-    flat = hidden.reshape(-1, hidden.size(-1))  # (2B*T, D): the first copy's B*T rows, then the second's
-    target = target.reshape(-1)  # (B*T,)
-    keep = target.ne(ignore_index)
-    chunk = max(16, chunk_bytes // (4 * weight.size(0)))
-    return _ChunkedRDropLoss.apply(
-        flat, weight, target.masked_fill(~keep, 0), keep, float(epsilon), float(alpha), chunk, dtype
-    )
+    # flat (2B*T, D): the first copy's B*T rows, then the second's; target and keep (B*T,)
+    flat, target, keep, chunk, dtype = chunked_loss_inputs(hidden, weight, target, ignore_index, chunk_bytes)
+    return _ChunkedRDropLoss.apply(flat, weight, target, keep, float(epsilon), float(alpha), chunk, dtype)

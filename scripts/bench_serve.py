@@ -1,7 +1,8 @@
 """``make bench-serve``: mt-serve under load on loopback, against itself without batching and against mt-translate.
 
     python scripts/bench_serve.py [--ckpt PATH] [--requests 400] [--time-limit 40] [--rounds 2]
-    python scripts/bench_serve.py --soak-minutes 10            # 8 clients for 10 minutes: RSS and errors
+    python scripts/bench_serve.py --soak-minutes 10            # then 8 clients for 10 minutes: RSS and errors
+    python scripts/bench_serve.py --soak-only --soak-minutes 10   # the soak alone
     python scripts/bench_serve.py --smoke --ckpt X --source-file F   # seconds: what the test suite runs
 
 Starts ``mt-serve`` (a subprocess on 127.0.0.1) with a trained Multi30k checkpoint (without ``--ckpt``,
@@ -329,21 +330,29 @@ def main() -> None:
     p.add_argument("--server-args", nargs="+", default=[], metavar="ARG",
                    help="more mt-serve flags for the dynamic-batching server, e.g. --server-args=--max-wait-ms=2")
     p.add_argument("--soak-minutes", type=float, default=0.0, help="then a soak run at 8 clients this long")
+    p.add_argument("--soak-only", action="store_true",
+                   help="no comparisons: offline mt-translate (the answers to check against), then the soak")
     p.add_argument("--smoke", action="store_true", help="a few seconds' run with tiny counts (the test suite's)")
     p.add_argument("--json-out", type=Path, help="write the figures here")
     args = p.parse_args()
+    if args.soak_only and args.soak_minutes <= 0:
+        p.error("--soak-only needs --soak-minutes")
     if args.smoke:
         for key, value in SMOKE.items():
             setattr(args, key, value)
     ckpt = args.ckpt if args.ckpt is not None else default_checkpoint()
     requests = make_requests(read_lines(args.source_file), args.requests, seed=0)
     lines = [line for r in requests for line in r]  # offline decodes what the server gets, in one call
-    report, expected = compare(args, ckpt, requests, lines)
+    if args.soak_only:
+        report, (expected, _) = {}, offline(ckpt, lines, args.threads)
+    else:
+        report, expected = compare(args, ckpt, requests, lines)
     if args.soak_minutes > 0:
         report["soak"] = soak(args, ckpt, requests, expected)
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(report, indent=2))
-    if report["errors"] or not report["exact"] or report.get("soak", {}).get("errors"):
+    soaked = report.get("soak", {})
+    if report.get("errors") or not report.get("exact", True) or soaked.get("errors") or not soaked.get("exact", True):
         sys.exit(1)
 
 

@@ -1,6 +1,6 @@
 """scripts/bench_serve.py --smoke: the load test runs end to end, answers are exact, errors 0, figures written.
 
-(The soak mode starts one more server, ~10 s; it is left to ``make bench-serve ARGS='--soak-minutes N'``.)
+``--soak-only``: the soak alone (a few seconds here), its RSS samples and exact answers in the report.
 """
 
 from __future__ import annotations
@@ -30,3 +30,22 @@ def test_bench_serve_smoke(tmp_path_factory, tmp_path):
                                                                      ("one-at-a-time", 4)}
     assert all(r["requests"] == 12 and r["sentences_per_s"] > 0 for r in report["runs"])
     assert "medians over 1 round(s) at 4 clients" in done.stdout
+
+
+@pytest.mark.slow
+def test_bench_serve_soak_only(tmp_path_factory, tmp_path):
+    demo = demo_model(tmp_path_factory.getbasetemp() / "export_demo")
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(demo.sources[:40]) + "\n", encoding="utf-8")
+    out = tmp_path / "soak.json"
+    command = [sys.executable, str(SCRIPTS / "bench_serve.py"), "--smoke", "--soak-only", "--soak-minutes", "0.05",
+               "--ckpt", str(demo.ckpt), "--source-file", str(source), "--threads", "1", "--json-out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    assert set(report) == {"soak"}  # no comparison runs
+    soak = report["soak"]
+    assert soak["errors"] == 0 and soak["exact"] is True and soak["requests"] > 0
+    assert soak["rss_start_mib"] > 0 and soak["rss_end_mib"] > 0 and "soak: RSS" in done.stdout
+    refused = subprocess.run(command[:4] + command[6:], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--soak-only needs --soak-minutes" in refused.stderr

@@ -19,7 +19,8 @@ from serve_helpers import reference, serving, torch_engine
 from mt.decode import Translator
 from mt.decode.common import max_output_lengths
 from mt.decode.translator import collate_sources
-from mt.serve.engine import FILL_LONGEST, FORCED_LENGTH, Options, fill_lines, rows_per_line
+from mt.model.packed_linear import padded_rows
+from mt.serve.engine import FILL_LONGEST, FORCED_LENGTH, Options, fill_lines, rows_per_line, source_row_batches
 from mt.serve.settings import ServeSettings
 
 REQUESTS = 24
@@ -110,3 +111,27 @@ def test_fill_lines_fit_a_small_budget_and_the_model_limit():
     assert fill_lines(100, 1, 5, pieces_per_word=2)[:4] == ["a", "a a", "a", "a a"]  # 2 words: 4 of 5 pieces
     # (words + EOS) x 1 row: 2 + 3 + 4 a round; 3 rounds and a 1-word line cost 29, a 2-word line more would be 32
     assert [len(line.split()) for line in fill_lines(30, 1, 3)] == [1, 2, 3, 1, 2, 3, 1, 2, 3, 1]
+
+
+def test_the_fill_warm_up_meets_every_padded_source_row_count(engine):
+    settings = engine.settings(Options())
+    max_rows = settings.max_tokens // rows_per_line(settings)
+    seen: list[int] = []
+    encoder = engine.translator.model.encoder
+    hook = encoder.register_forward_hook(lambda module, args, out: seen.append(out.shape[0] * out.shape[1]))  # B x S
+    try:
+        engine.fill(settings.max_tokens)
+    finally:
+        hook.remove()
+    sizes = {padded_rows(rows) for rows in range(1, max_rows + 1)}
+    assert sizes <= {padded_rows(rows) for rows in seen}  # (B, S) encoder batches at every size a decoder batch meets
+
+
+def test_source_row_batches_reach_each_padded_size_once():
+    lengths = list(range(2, 66))  # 1-64 pieces + EOS
+    pairs = source_row_batches(2000, 64, lengths)
+    sizes = sorted({padded_rows(rows) for rows in range(1, 2001)})
+    assert [padded_rows(b * s) for b, s in pairs] == sizes  # one batch a size, in order
+    assert all(b <= 64 and b * s <= 2000 for b, s in pairs)  # each fits one decoder batch
+    assert source_row_batches(20, 64, [5]) == [(1, 5), (3, 5), (4, 5)]  # size 24: 20 rows, all a decoder batch holds
+    assert source_row_batches(100, 2, [10]) == [(1, 10), (2, 10)]  # 8 is under one line, 32 and up over 2 sentences

@@ -19,8 +19,8 @@ oneDNN builds a kernel for every input shape and keeps it in two caches (its pri
 1,024 entries each by default), about 0.5 MB a shape here. A server meets every row count from 1 to a few
 thousand (its RSS grew from 427 to 1,252 MiB in a 10-minute soak), so a product runs its rows padded up to
 one of a few sizes (``padded_rows``: multiples of 8 up to 64, then 8 sizes an octave, at most 1/8 more
-rows): 56 row counts up to 4,096, so a served model's kernels are built in its warm-up and first minutes of
-traffic and then reused (RSS level through 10-minute soaks, `docs/benchmarks.md`). The caches are also
+rows): 56 row counts up to 4,096, so a served model builds its kernels in its warm-up (``mt-serve``'s fill
+meets every size a decoder batch can) and then reuses them (soaks: `docs/benchmarks.md`). The caches are also
 bounded to ``ONEDNN_CACHE_ENTRIES`` each before the first packed product (``packing_supported`` calls
 ``mt.kernel_cache.bound_kernel_caches``; the environment's own ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` /
 ``LRU_CACHE_CAPACITY`` win).

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from mt.config import DecodeConfig, validate_group
 from mt.decode import Translation, Translator
+from mt.model.packed_linear import padded_rows
 
 
 @dataclass(frozen=True)
@@ -134,20 +135,42 @@ class TorchEngine:
         The worker's second warm-up: sources of 1, 2, ... words (``fill_lines``) up to one decoder batch
         (``max_batch_tokens`` and the decoder's own ``max_tokens``, ``max_sentences``), with EOS banned until
         each sentence's maximum length, so the batch runs as long as the limits allow and shrinks a sentence
-        a step through the row counts traffic meets. Most of the memory traffic would build (kernels, one per
-        product shape, and the heap's high-water mark) is then there before the first request, and a machine
-        too small for the model fails at start, not on a request. (A 4-minute soak at 8 clients: RSS +12% from
-        start to end with it, +42% with one warm-up line; docs/benchmarks.md.)
+        a step through the row counts traffic meets; then one short decode at each row count of the source
+        side (``_fill_source_rows``), and the long batch again. The memory traffic would build (kernels, one
+        per product shape, and the heap's high-water mark) is then there before the first request, and a
+        machine too small for the model fails at start, not on a request (a soak's RSS: docs/benchmarks.md).
         """
         t = self.translator
         # min_len is capped by each sentence's max_len; a line over the source limit is cut, never refused
         cfg = dataclasses.replace(t.cfg, nbest=1, min_len=FORCED_LENGTH, on_too_long="truncate")
         budget = min(max_batch_tokens, cfg.max_tokens)
         per_word = max(1, self.count_pieces(FILL_WORD))
-        room = None if t.max_src_len is None else t.max_src_len - (self.count_pieces(FILL_WORD, target) - per_word)
+        tag = self.count_pieces(FILL_WORD, target) - per_word  # a target tag's pieces (0 for one target)
+        room = None if t.max_src_len is None else t.max_src_len - tag
         lines = fill_lines(budget, rows_per_line(cfg), room, per_word)[: cfg.max_sentences]
         self._translator(cfg).translate_nbest(lines, target_lang=target)
+        self._fill_source_rows(budget, tag, per_word, room, target)
+        # again: the kernels just built now sit among the blocks the long batch freed, so its large blocks
+        # (caches, logits) would otherwise be placed anew by the first requests, tens of MiB above the start
+        self._translator(cfg).translate_nbest(lines, target_lang=target)
         return len(lines)
+
+    def _fill_source_rows(self, budget: int, tag: int, per_word: int, room: int | None, target: str | None) -> None:
+        """The third warm-up: one short decode per row count the source side's products run at.
+
+        A batch of B sources of S pieces runs the encoder's (and the cross-attention's key/value) products
+        at B x S rows, padded to ``padded_rows``; the long batch above meets only its own. Here each padded
+        size up to a decoder batch's source tokens gets a batch of equal lines of that many rows, decoded
+        for one step: their kernels are built before the first request, not in the first minutes of traffic.
+        """
+        cfg = dataclasses.replace(self.translator.cfg, nbest=1, max_len_a=0.0, max_len_b=1, min_len=1)
+        max_rows = budget // rows_per_line(cfg)
+        longest = max(1, min(FILL_LONGEST, room or FILL_LONGEST) // per_word)
+        lengths = {tag + words * per_word + 1: words for words in range(1, longest + 1)}  # pieces + EOS -> words
+        translator = self._translator(cfg)
+        for sentences, length in source_row_batches(max_rows, cfg.max_sentences, sorted(lengths)):
+            line = " ".join([FILL_WORD] * lengths[length])
+            translator.translate_nbest([line] * sentences, target_lang=target)
 
     def _translator(self, cfg: DecodeConfig) -> Translator:
         """The served model and tokenizers with the search settings ``cfg``."""
@@ -167,6 +190,21 @@ def fill_lines(max_batch_tokens: int, rows: int, max_src_len: int | None, pieces
         if lines and cost > max_batch_tokens:
             return lines
         lines.append(" ".join([FILL_WORD] * words))
+
+
+def source_row_batches(max_rows: int, max_sentences: int, lengths: Sequence[int]) -> list[tuple[int, int]]:
+    """(sentences, source length) pairs, one for each size ``padded_rows`` gives up to ``max_rows`` rows: B
+    sources of S pieces make B x S rows within that size and above the size below it. ``lengths``: the
+    source lengths (EOS included) there are lines for; a size no pair reaches is left out."""
+    pairs, below = [], 0
+    for size in sorted({padded_rows(rows) for rows in range(1, max_rows + 1)}):
+        for length in sorted(lengths, reverse=True):  # the longest lines: the fewest sentences
+            sentences = min(max_sentences, min(size, max_rows) // length)
+            if sentences >= 1 and sentences * length > below:
+                pairs.append((sentences, length))
+                break
+        below = size
+    return pairs
 
 
 def as_output(translation: Translation) -> Output:

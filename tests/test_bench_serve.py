@@ -14,17 +14,20 @@ from export_helpers import demo_model
 from helpers import SCRIPTS
 
 
-@pytest.mark.slow
-def test_bench_serve_smoke(tmp_path_factory, tmp_path):
+def bench_command(tmp_path_factory, tmp_path, *flags: str) -> list[str]:
+    """bench_serve.py ``--smoke`` with ``flags`` on the demo model, 40 of its lines, figures to tmp_path/bench.json."""
     demo = demo_model(tmp_path_factory.getbasetemp() / "export_demo")
     source = tmp_path / "source.txt"
     source.write_text("\n".join(demo.sources[:40]) + "\n", encoding="utf-8")
-    out = tmp_path / "bench.json"
-    command = [sys.executable, str(SCRIPTS / "bench_serve.py"), "--smoke", "--ckpt", str(demo.ckpt),
-               "--source-file", str(source), "--threads", "1", "--json-out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return [sys.executable, str(SCRIPTS / "bench_serve.py"), "--smoke", *flags, "--ckpt", str(demo.ckpt),
+            "--source-file", str(source), "--threads", "1", "--json-out", str(tmp_path / "bench.json")]
+
+
+@pytest.mark.slow
+def test_bench_serve_smoke(tmp_path_factory, tmp_path):
+    done = subprocess.run(bench_command(tmp_path_factory, tmp_path), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(out.read_text())
+    report = json.loads((tmp_path / "bench.json").read_text())
     assert report["errors"] == 0 and report["exact"] is True
     assert {(r["server"], r["clients"]) for r in report["runs"]} == {("dynamic", 1), ("dynamic", 4),
                                                                      ("one-at-a-time", 4)}
@@ -34,15 +37,10 @@ def test_bench_serve_smoke(tmp_path_factory, tmp_path):
 
 @pytest.mark.slow
 def test_bench_serve_soak_only(tmp_path_factory, tmp_path):
-    demo = demo_model(tmp_path_factory.getbasetemp() / "export_demo")
-    source = tmp_path / "source.txt"
-    source.write_text("\n".join(demo.sources[:40]) + "\n", encoding="utf-8")
-    out = tmp_path / "soak.json"
-    command = [sys.executable, str(SCRIPTS / "bench_serve.py"), "--smoke", "--soak-only", "--soak-minutes", "0.05",
-               "--ckpt", str(demo.ckpt), "--source-file", str(source), "--threads", "1", "--json-out", str(out)]
+    command = bench_command(tmp_path_factory, tmp_path, "--soak-only", "--soak-minutes", "0.05")
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(out.read_text())
+    report = json.loads((tmp_path / "bench.json").read_text())
     assert set(report) == {"soak"}  # no comparison runs
     soak = report["soak"]
     assert soak["errors"] == 0 and soak["exact"] is True and soak["requests"] > 0

@@ -148,11 +148,12 @@ class TorchEngine:
         tag = self.count_pieces(FILL_WORD, target) - per_word  # a target tag's pieces (0 for one target)
         room = None if t.max_src_len is None else t.max_src_len - tag
         lines = fill_lines(budget, rows_per_line(cfg), room, per_word)[: cfg.max_sentences]
-        self._translator(cfg).translate_nbest(lines, target_lang=target)
+        long_batch = self._translator(cfg)
+        long_batch.translate_nbest(lines, target_lang=target)
         self._fill_source_rows(budget, tag, per_word, room, target)
         # again: the kernels just built now sit among the blocks the long batch freed, so its large blocks
         # (caches, logits) would otherwise be placed anew by the first requests, tens of MiB above the start
-        self._translator(cfg).translate_nbest(lines, target_lang=target)
+        long_batch.translate_nbest(lines, target_lang=target)
         return len(lines)
 
     def _fill_source_rows(self, budget: int, tag: int, per_word: int, room: int | None, target: str | None) -> None:

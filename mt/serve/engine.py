@@ -169,7 +169,7 @@ class TorchEngine:
         longest = max(1, min(FILL_LONGEST, room or FILL_LONGEST) // per_word)
         lengths = {tag + words * per_word + 1: words for words in range(1, longest + 1)}  # pieces + EOS -> words
         translator = self._translator(cfg)
-        for sentences, length in source_row_batches(max_rows, cfg.max_sentences, sorted(lengths)):
+        for sentences, length in source_row_batches(max_rows, cfg.max_sentences, list(lengths)):
             line = " ".join([FILL_WORD] * lengths[length])
             translator.translate_nbest([line] * sentences, target_lang=target)
 
@@ -198,8 +198,9 @@ def source_row_batches(max_rows: int, max_sentences: int, lengths: Sequence[int]
     sources of S pieces make B x S rows within that size and above the size below it. ``lengths``: the
     source lengths (EOS included) there are lines for; a size no pair reaches is left out."""
     pairs, below = [], 0
+    longest_first = sorted(lengths, reverse=True)  # the longest lines: the fewest sentences
     for size in sorted({padded_rows(rows) for rows in range(1, max_rows + 1)}):
-        for length in sorted(lengths, reverse=True):  # the longest lines: the fewest sentences
+        for length in longest_first:
             sentences = min(max_sentences, min(size, max_rows) // length)
             if sentences >= 1 and sentences * length > below:
                 pairs.append((sentences, length))

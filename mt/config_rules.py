@@ -193,6 +193,7 @@ RULES: dict[str, list[Rule]] = {
         Rule("top_p", lambda v, g: 0 < v <= 1, "must be in (0, 1] (nucleus mass; 1 = all tokens)"),
         positive("max_tokens", "source tokens x beam per batch"),
         positive("max_sentences", "sentences per batch"),
+        one_of("refill", ("greedy", "all", "none")),
         one_of("on_too_long", ("truncate", "reject")),
     ],
 }

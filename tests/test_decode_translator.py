@@ -47,6 +47,10 @@ class Recording(torch.nn.Module):
     def new_cache(self, beams_per_sentence=None):
         return self.inner.new_cache(beams_per_sentence)
 
+    def join(self, enc, cache, src, src_pad_mask):
+        self.src_shapes.append(tuple(src.shape))
+        self.inner.join(enc, cache, src, src_pad_mask)
+
     def decode(self, tgt_in, enc, cache=None):
         assert not self.training, "decoding must run in eval mode"
         self.batch_sizes.append(tgt_in.size(0))
@@ -162,3 +166,25 @@ def test_other_strategies_translate_every_line(model, strategy: str) -> None:
     outputs = translator.translate(LINES)
     assert len(outputs) == len(LINES) and outputs[1] == "" and outputs[2]
     assert outputs == translator.translate(LINES)  # sampling is seeded per call
+
+
+@pytest.mark.parametrize("strategy", ["beam", "greedy"])
+def test_refilled_batches_translate_as_whole_batches(model, strategy: str) -> None:
+    lines = LINES * 3
+    whole = make(model, strategy=strategy, max_sentences=2, refill="none").translate_nbest(lines)
+    model.src_shapes.clear()
+    refilled = make(model, strategy=strategy, max_sentences=2, refill="all").translate_nbest(lines)
+    assert [t.texts for t in refilled] == [t.texts for t in whole]
+    assert [h.score for t in refilled for h in t.hypotheses] == pytest.approx(
+        [h.score for t in whole for h in t.hypotheses], abs=1e-5
+    )
+    assert len(model.src_shapes) > 1 and all(rows <= 2 for rows, _ in model.src_shapes)  # sentences joined
+
+
+def test_refill_applies_to_the_named_strategy_only(model) -> None:
+    batches = [[0, 1], [2, 3], [4]]
+    assert len(make(model, strategy="greedy", refill="greedy")._pools(batches)) == 1
+    assert len(make(model, strategy="beam", refill="greedy")._pools(batches)) == 3
+    assert len(make(model, strategy="beam", refill="all")._pools(batches)) == 1
+    assert len(make(model, strategy="sample", refill="all")._pools(batches)) == 3
+    assert len(make(model, strategy="greedy", refill="none")._pools(batches)) == 3

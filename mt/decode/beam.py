@@ -27,6 +27,8 @@ penalised score; ``fairseq``).
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -49,6 +51,7 @@ from mt.decode.common import (
     topk_rows,
 )
 from mt.decode.length_penalty import check_penalty
+from mt.decode.refill import SentenceQueue, first_beam_only, joining_tokens
 from mt.decode.stopping import Finished
 
 
@@ -97,6 +100,7 @@ def _live_positions(cand_tok: Tensor, beam: int) -> Tensor:
 def _finalize(
     finished: Finished,
     active: list[int],
+    first: list[int],
     tokens: Tensor,
     cand_scores: Tensor,
     cand_beam: Tensor,
@@ -104,15 +108,16 @@ def _finalize(
     beam: int,
     rows: int,
 ) -> None:
-    """Turn finite EOS candidates among the top K into finished hypotheses (best first)."""
+    """Turn finite EOS candidates among the top K into finished hypotheses (best first); a sentence's
+    history starts after its BOS, in column ``first`` of ``tokens``."""
     top_eos = (cand_tok[:, :beam] == EOS_ID) & cand_scores[:, :beam].isfinite()  # (B', K)
     if not bool(top_eos.any()):
         return
     sent, pos = top_eos.nonzero(as_tuple=True)  # rank order within each sentence
     parents = sent * rows + cand_beam[sent, pos]  # rows: 1 or K a sentence
-    histories = tokens.index_select(0, parents)[:, 1:].tolist()  # drop BOS
+    histories = tokens.index_select(0, parents).tolist()
     for i, history, logprob in zip(sent.tolist(), histories, cand_scores[sent, pos].tolist(), strict=True):
-        finished.add(active[i], history, logprob)
+        finished.add(active[i], history[first[i] + 1 :], logprob)
 
 
 @torch.inference_mode()
@@ -124,40 +129,58 @@ def beam_search(
     *,
     max_positions: int | None = None,
     vocab_size: int | None = None,
+    live: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best lists (best first, ``cfg.nbest`` each) for src (B, S) with src_pad_mask (B, S).
 
     Uses ``cfg.beam_size``, ``nbest``, ``length_penalty``, ``alpha``, ``max_len_a``, ``max_len_b``,
     ``min_len``, ``stopping``; ``max_positions`` (the model's position limit) caps the output length;
     ids ``>= vocab_size`` (the tokenizer's size) are never generated. The algorithm: the module
-    docstring; the stopping rules: ``mt.decode.stopping``.
+    docstring; the stopping rules: ``mt.decode.stopping``. ``live`` (continuous batching,
+    ``mt.decode.refill``): sentence i joins the decoding once fewer than ``live[i]`` are being decoded.
     """
     check_penalty(cfg.length_penalty)
     if not 1 <= cfg.nbest <= cfg.beam_size:
         raise ValueError(f"need 1 <= nbest <= beam_size, got nbest={cfg.nbest}, beam_size={cfg.beam_size}")
-    beam, n_sent, device = cfg.beam_size, src.size(0), src.device
     max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
     min_len = min_output_lengths(cfg.min_len, max_len)
     finished = Finished(
-        max_len, min_len, beam=beam, nbest=cfg.nbest, penalty=cfg.length_penalty, alpha=cfg.alpha,
+        max_len, min_len, beam=cfg.beam_size, nbest=cfg.nbest, penalty=cfg.length_penalty, alpha=cfg.alpha,
         stopping=cfg.stopping,
     )
+    queue = SentenceQueue(src, src_pad_mask, live)
+    while queue:
+        _decode_beams(model, queue, finished, cfg.beam_size, vocab_size)
+    return [finished.nbest(s) for s in range(src.size(0))]
 
+
+def _decode_beams(
+    model: DecodableModel, queue: SentenceQueue, finished: Finished, beam: int, vocab_size: int | None
+) -> None:
+    """Beam search until every sentence taken from ``queue`` is done; sentences join as others leave."""
+    max_len, min_len = finished.max_len, finished.min_len
+    active = queue.take(0)  # the sentence of each group of rows
+    src, src_pad_mask = queue.sources(active)
+    device = src.device
+    born = [0] * len(active)  # the step each sentence started at
+    origin = 0  # the step of ``tokens``' first column (a sentence's BOS is in column born - origin)
     enc = model.encode(src, src_pad_mask)  # (B', S, D): one row per sentence, throughout
     cache = model.new_cache(beams_per_sentence=beam)  # step 0 decodes one row per sentence, then K
-    active = list(range(n_sent))  # original sentence of each group of rows
-    tokens = start_tokens(n_sent, device)  # (B'*r, t + 1) with BOS first; r = rows per sentence
-    scores = torch.zeros(n_sent, 1, device=device)  # (B', r): at step 0 the K beams would be copies
+    tokens = start_tokens(len(active), device)  # (B'*r, t + 1) with BOS first; r = rows per sentence
+    scores = torch.zeros(len(active), 1, device=device)  # (B', r): at step 0 the K beams would be copies
 
-    for step in range(max(max_len) + 1):
+    for step in itertools.count():
         rows = scores.size(1)  # 1 at step 0, K after
         logits = model.decode(tokens[:, -1:], enc, cache)[:, -1, :]  # (B'*r, V)
+        steps = [step - b for b in born]  # each sentence's own step
         at_limit = None
-        if step >= min(max_len[s] for s in active):
-            at_limit = torch.tensor([step >= max_len[s] for s in active], device=device).repeat_interleave(rows)
-        too_short = rows_below(step, [min_len[s] for s in active], rows, device)
+        if any(n >= max_len[s] for s, n in zip(active, steps, strict=True)):
+            at_limit = torch.tensor([n >= max_len[s] for s, n in zip(active, steps, strict=True)], device=device)
+            at_limit = at_limit.repeat_interleave(rows)
+        too_short = rows_below(steps, [min_len[s] for s in active], rows, device)
         cand_scores, cand_beam, cand_tok = _select_candidates(scores, logits, beam, vocab_size, at_limit, too_short)
-        _finalize(finished, active, tokens, cand_scores, cand_beam, cand_tok, beam, rows)
+        first = [b - origin for b in born]
+        _finalize(finished, active, first, tokens, cand_scores, cand_beam, cand_tok, beam, rows)
 
         live = _live_positions(cand_tok, beam)  # (B', K)
         scores = cand_scores.gather(1, live)  # (B', K), sorted best first
@@ -167,19 +190,24 @@ def beam_search(
         best_live = scores[:, 0].tolist()  # the beam is sorted: its first entry bounds the others
         top_is_eos = (cand_tok[:, 0] == EOS_ID).tolist()  # (B',) the best candidate ended the sentence
         done = [
-            finished.is_done(s, step, best, eos)
-            for s, best, eos in zip(active, best_live, top_is_eos, strict=True)
+            finished.is_done(s, n, best, eos)
+            for s, n, best, eos in zip(active, steps, best_live, top_is_eos, strict=True)
         ]
         if all(done):
-            break
+            return
         if any(done):  # finished sentences leave the batch, the last ones move into their places
             kept = fill_from_the_end(done)
             keep = torch.tensor(kept, device=device)  # (B'',)
-            active = [active[i] for i in kept]
+            active, born = [active[i] for i in kept], [born[i] for i in kept]
             scores, parents, new_tok = scores[keep], parents[keep], new_tok[keep]
             enc.reorder(keep)  # the encoder output holds sentences, not beams
         index = parents.view(-1)  # (B''*K,) rows of the current batch to continue from
         cache.reorder(index)  # the one place the cache follows the beams
         tokens = torch.cat([tokens.index_select(0, index), new_tok.view(-1, 1)], dim=1)  # (B''*K, t + 2)
-
-    return [finished.nbest(s) for s in range(n_sent)]
+        joining = queue.take(len(active)) if queue.wants(len(active)) else []
+        if joining:  # continuous batching: new sentences take the places of those that left
+            model.join(enc, cache, *queue.sources(joining))
+            tokens, origin = tokens[:, min(born) - origin :], min(born)  # columns no sentence reads go
+            active, born = active + joining, born + [step + 1] * len(joining)
+            tokens = torch.cat([tokens, joining_tokens(len(joining) * beam, tokens.size(1), device)])
+            scores = torch.cat([scores, first_beam_only(len(joining), beam, device)])

@@ -55,6 +55,10 @@ class DecodableModel(Protocol):
 
     def decode(self, tgt_in: Tensor, enc: Reorderable, cache: Reorderable | None = None) -> Tensor: ...
 
+    def join(self, enc: Reorderable, cache: Reorderable, src: Tensor, src_pad_mask: Tensor) -> None:
+        """Add sentences to a decoding in progress (continuous batching, ``mt.decode.refill``)."""
+        ...
+
 
 def source_lengths(src_pad_mask: Tensor) -> Tensor:
     """Source pieces per sentence, EOS excluded: (B, S) bool -> (B,) long."""
@@ -82,12 +86,13 @@ def min_output_lengths(min_len: int, max_len: list[int]) -> list[int]:
     return [min(min_len, limit) for limit in max_len]
 
 
-def rows_below(step: int, limits: list[int], rows: int, device: torch.device) -> Tensor | None:
-    """(B' * rows,) bool: the rows of sentences whose ``limits`` entry is above ``step`` (each sentence
-    owning ``rows`` consecutive rows), or None when there is none."""
-    if step >= max(limits, default=0):
+def rows_below(steps: list[int], limits: list[int], rows: int, device: torch.device) -> Tensor | None:
+    """(B' * rows,) bool: the rows of sentences whose ``limits`` entry is above their ``steps`` entry
+    (each sentence owning ``rows`` consecutive rows), or None when there is none."""
+    below = [step < limit for step, limit in zip(steps, limits, strict=True)]
+    if not any(below):
         return None
-    return torch.tensor([step < limit for limit in limits], device=device).repeat_interleave(rows)
+    return torch.tensor(below, device=device).repeat_interleave(rows)
 
 
 def ban_(scores: Tensor, vocab_size: int | None = None) -> Tensor:

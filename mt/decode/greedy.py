@@ -11,6 +11,7 @@ return a better-scoring output (``mt.decode.stopping``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -30,6 +31,7 @@ from mt.decode.common import (
     start_tokens,
 )
 from mt.decode.length_penalty import check_penalty, length_penalty
+from mt.decode.refill import SentenceQueue, joining_tokens
 
 # (B', V) float32 log-probs -> (B',) chosen token ids
 Chooser = Callable[[Tensor], Tensor]
@@ -46,48 +48,80 @@ def decode_single_path(
     penalty: str,
     alpha: float,
     vocab_size: int | None = None,
+    live: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence of src (B, S), each next token picked by ``choose``.
 
     ``max_len``, ``min_len``: pieces per sentence at most, and before EOS is allowed; ``penalty``,
-    ``alpha``: the length penalty of the score; ids ``>= vocab_size`` are never generated.
+    ``alpha``: the length penalty of the score; ids ``>= vocab_size`` are never generated; ``live``:
+    continuous batching (``mt.decode.refill``).
     """
-    n_sent, device = src.size(0), src.device
-    limit = torch.tensor(max_len, device=device)  # (B',)
-    shortest = torch.tensor(min_len, device=device)  # (B',)
+    results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    queue = SentenceQueue(src, src_pad_mask, live)
+    while queue:
+        _decode_rows(model, queue, choose, results, max_len, min_len, penalty, alpha, vocab_size)
+    return results
+
+
+def _decode_rows(
+    model: DecodableModel, queue: SentenceQueue, choose: Chooser, results: list[list[Hypothesis]],
+    max_len: list[int], min_len: list[int], penalty: str, alpha: float, vocab_size: int | None,
+) -> None:
+    """Decode until every sentence taken from ``queue`` has ended; sentences join as others leave."""
+    sentences = queue.take(0)
+    src, src_pad_mask = queue.sources(sentences)
+    device = src.device
+    active = torch.tensor(sentences, device=device)  # (B',) original sentence of each row
+    born = torch.zeros(len(sentences), dtype=torch.long, device=device)  # (B',) step each row started at
+    limit = torch.tensor([max_len[s] for s in sentences], device=device)  # (B',) in steps (born + max_len)
+    shortest = torch.tensor([min_len[s] for s in sentences], device=device)  # (B',) likewise
+    ban_until = max(min_len[s] for s in sentences)  # steps before which some row may not end
+    origin = 0  # the step of ``tokens``' first column
     enc = model.encode(src, src_pad_mask)
     cache = model.new_cache()
-    active = torch.arange(n_sent, device=device)  # (B',) original sentence of each row
-    tokens = start_tokens(n_sent, device)  # (B', t + 1)
-    logprob = torch.zeros(n_sent, device=device)  # (B',)
-    results: list[list[Hypothesis]] = [[] for _ in range(n_sent)]
+    tokens = start_tokens(len(sentences), device)  # (B', t + 1)
+    logprob = torch.zeros(len(sentences), device=device)  # (B',)
 
-    for step in range(max(max_len) + 1):
+    for step in itertools.count():
         lprobs = log_probs(model.decode(tokens[:, -1:], enc, cache), vocab_size)  # (B', V)
         at_limit = step >= limit  # (B',)
         if bool(at_limit.any()):
             force_eos_(lprobs, at_limit)
-        if step < max(min_len, default=0):
+        if step < ban_until:
             ban_eos_(lprobs, step < shortest)
         tok = choose(lprobs)  # (B',)
         logprob = logprob + lprobs.gather(1, tok.unsqueeze(1)).squeeze(1)
         tokens = torch.cat([tokens, tok.unsqueeze(1)], dim=1)  # (B', t + 2)
         ended = tok == EOS_ID  # (B',)
-        if not bool(ended.any()):
-            continue
-        rows = ended.nonzero().squeeze(1)
-        for sent, history, lp_sum in zip(
-            active[rows].tolist(), tokens[rows, 1:-1].tolist(), logprob[rows].tolist(), strict=True
-        ):
-            lp = length_penalty(len(history) + 1, penalty, alpha)
-            results[sent] = [Hypothesis(history, lp_sum / lp, lp_sum)]
-        if bool(ended.all()):
-            break
-        keep = torch.tensor(fill_from_the_end(ended.tolist()), device=device)  # (B'',) few rows move
-        cache.reorder(keep)
-        enc.reorder(keep)
-        active, tokens, logprob, limit, shortest = (t[keep] for t in (active, tokens, logprob, limit, shortest))
-    return results
+        if bool(ended.any()):
+            rows = ended.nonzero().squeeze(1)
+            for sent, first, history, lp_sum in zip(
+                active[rows].tolist(), (born[rows] - origin).tolist(), tokens[rows, :-1].tolist(),
+                logprob[rows].tolist(), strict=True,
+            ):
+                history = history[first + 1 :]  # after the row's BOS
+                results[sent] = [Hypothesis(history, lp_sum / length_penalty(len(history) + 1, penalty, alpha), lp_sum)]
+            if bool(ended.all()):
+                return
+            keep = torch.tensor(fill_from_the_end(ended.tolist()), device=device)  # (B'',) few rows move
+            cache.reorder(keep)
+            enc.reorder(keep)
+            active, born, tokens, logprob, limit, shortest = (
+                t[keep] for t in (active, born, tokens, logprob, limit, shortest)
+            )
+        if queue.wants(active.numel()):  # continuous batching: new sentences take the free places
+            joining = queue.take(active.numel())
+            model.join(enc, cache, *queue.sources(joining))
+            starts = int(born.min())
+            tokens, origin = tokens[:, starts - origin :], starts  # columns no row reads go
+            n = len(joining)
+            active = torch.cat([active, torch.tensor(joining, device=device)])
+            born = torch.cat([born, born.new_full((n,), step + 1)])
+            limit = torch.cat([limit, torch.tensor([step + 1 + max_len[s] for s in joining], device=device)])
+            shortest = torch.cat([shortest, torch.tensor([step + 1 + min_len[s] for s in joining], device=device)])
+            ban_until = max(ban_until, step + 1 + max(min_len[s] for s in joining))
+            tokens = torch.cat([tokens, joining_tokens(n, tokens.size(1), device)])
+            logprob = torch.cat([logprob, logprob.new_zeros(n)])
 
 
 def _argmax(lprobs: Tensor) -> Tensor:
@@ -103,16 +137,18 @@ def greedy_search(
     *,
     max_positions: int | None = None,
     vocab_size: int | None = None,
+    live: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """The greedy output of each sentence of src (B, S), as a one-element n-best list.
 
-    Uses ``cfg.length_penalty``, ``alpha`` (the score), ``max_len_a``, ``max_len_b``, ``min_len``."""
-    return decode_with_config(model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size)
+    Uses ``cfg.length_penalty``, ``alpha`` (the score), ``max_len_a``, ``max_len_b``, ``min_len``;
+    ``live``: continuous batching (``mt.decode.refill``)."""
+    return decode_with_config(model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live)
 
 
 def decode_with_config(
     model: DecodableModel, src: Tensor, src_pad_mask: Tensor, choose: Chooser, cfg: DecodeConfig,
-    max_positions: int | None, vocab_size: int | None,
+    max_positions: int | None, vocab_size: int | None, live: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """``decode_single_path`` with the limits and the penalty of ``cfg`` (greedy and sampling share it)."""
     check_penalty(cfg.length_penalty)
@@ -120,5 +156,5 @@ def decode_with_config(
     return decode_single_path(
         model, src, src_pad_mask, choose,
         max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
-        penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size,
+        penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size, live=live,
     )

@@ -28,19 +28,21 @@ def search(
     max_positions: int | None = None,
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
+    live: list[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode src (B, S) with ``cfg.strategy``: one n-best list per sentence, best first.
 
     ``max_positions``: the model's position limit (caps the output length); ``vocab_size``: the target
     tokenizer's size (ids at or past it are embedding padding and never generated); ``generator``:
-    the random source of ``sample`` (default: seeded with ``cfg.seed`` per call).
+    the random source of ``sample`` (default: seeded with ``cfg.seed`` per call); ``live``: continuous
+    batching for beam and greedy search (``mt.decode.refill``; sampling decodes the batch whole).
     """
     check_strategy(cfg.strategy)
     limits = dict(max_positions=max_positions, vocab_size=vocab_size)
     if cfg.strategy == "beam":
-        return beam_search(model, src, src_pad_mask, cfg, **limits)
+        return beam_search(model, src, src_pad_mask, cfg, live=live, **limits)
     if cfg.strategy == "greedy":
-        return greedy_search(model, src, src_pad_mask, cfg, **limits)
+        return greedy_search(model, src, src_pad_mask, cfg, live=live, **limits)
     return sample(model, src, src_pad_mask, cfg, generator=generator, **limits)
 
 

@@ -28,6 +28,8 @@ from mt.decode.search import check_strategy, rows_per_sentence, search
 from mt.decode.stopping import check_stopping
 from mt.errors import UserError
 
+POOL_BATCHES = 16  # batches a refilling search takes at once (progress and ``on_batch`` after each pool)
+
 
 @dataclass
 class Translation:
@@ -136,21 +138,33 @@ class Translator:
             with torch.inference_mode(), tqdm(
                 total=len(todo), unit="sent", disable=not progress, file=sys.stderr
             ) as bar:
-                for batch in self._batches(todo, sources):
-                    done = list(zip(batch, self._translate_batch(sources, batch, generator), strict=True))
+                for pool in self._pools(self._batches(todo, sources)):
+                    lines_of_pool = [i for batch in pool for i in batch]
+                    live = [len(batch) for batch in pool for _ in batch] if len(pool) > 1 else None
+                    translations = self._translate_batch(sources, lines_of_pool, generator, live)
+                    done = list(zip(lines_of_pool, translations, strict=True))
                     for i, translation in done:
                         results[i] = translation
                     if on_batch is not None:
                         on_batch(done)
-                    bar.update(len(batch))
+                    bar.update(len(lines_of_pool))
         finally:
             self.model.train(was_training)
         return results
 
+    def _pools(self, batches: list[list[int]]) -> list[list[list[int]]]:
+        """Batches decoded in one search call: where ``cfg.refill`` names the strategy (``greedy``, or
+        ``all`` for beam and greedy) up to ``POOL_BATCHES`` consecutive ones, whose sentences join as
+        others finish (``mt.decode.refill``); else one each."""
+        refill = self.cfg.refill == "all" and self.cfg.strategy != "sample" or self.cfg.refill == self.cfg.strategy
+        size = POOL_BATCHES if refill else 1
+        return [batches[i : i + size] for i in range(0, len(batches), size)]
+
     def _translate_batch(
-        self, sources: list[list[int]], batch: list[int], generator: torch.Generator
+        self, sources: list[list[int]], batch: list[int], generator: torch.Generator, live: list[int] | None = None
     ) -> list[Translation]:
-        """Decode the sources of line indices ``batch`` as one padded batch."""
+        """Decode the sources of line indices ``batch`` as one padded batch, or, with ``live`` (the most
+        sentences decoded together once each is taken), in that order with refill."""
         batch_sources = [sources[i] for i in batch]
         src, src_pad_mask = collate_sources(batch_sources, self.device)  # (B, S) each
         nbests = search(
@@ -161,6 +175,7 @@ class Translator:
             max_positions=self.max_positions,
             vocab_size=self.tokenizers.tgt.vocab_size,
             generator=generator,
+            live=live,
         )
         return [
             Translation(hyps, [self.tokenizers.tgt.decode(h.tokens) for h in hyps], len(ids))

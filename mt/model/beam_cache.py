@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from mt.model.attention import causal_mask
-from mt.model.cache import DecoderCache, EncoderOut, LayerStep, check_index, is_identity
+from mt.model.cache import DecoderCache, EncoderOut, LayerStep, check_index, is_identity, ragged_mask
 
 
 class BeamCache:
@@ -47,6 +47,12 @@ class BeamCache:
     def length(self) -> int:
         """Target steps decoded so far (the position of the next token)."""
         return self.store.length
+
+    @property
+    def positions(self) -> int | Tensor:
+        """The position of each row's next token: ``length``, or (rows,) once sentences joined."""
+        lengths = self.store.row_lengths
+        return self.length if lengths is None else lengths.repeat_interleave(self.beams or 1)
 
     @property
     def sentences(self) -> int | None:
@@ -75,8 +81,43 @@ class BeamCache:
             )
         self.store.keep_source(enc.pad_mask)
         bias = self.store.source_bias(dtype)  # (sentences, 1, 1, S)
+        if self.store.row_lengths is not None:  # sentences joined: each writes its own step
+            at, extent = self.store.advance(steps)
+            mask = self._ragged_slot_mask(at, extent, dtype)
+            return [LayerStep(kv, bias, mask, self.beams, at, extent) for kv in self.store.layers]
         mask = self._slot_mask(rows, steps, dtype, enc.pad_mask.device) if self.beams > 1 else None
         return [LayerStep(kv, bias, mask, self.beams) for kv in self.store.layers]
+
+    def add_sentences(self, source_keys: list[tuple[Tensor, Tensor]], pad_mask: Tensor) -> None:
+        """Append new sentences at step 0, K rows each (``DecoderCache.add_sentences``): their beams see
+        nothing before their first step. Only after the first ``reorder`` (K rows a sentence)."""
+        if self.beams != self.beams_per_sentence:
+            raise ValueError("sentences join a beam cache once it holds K rows a sentence (after its first reorder)")
+        self.store.add_sentences(source_keys, pad_mask)
+        if self.beams > 1:
+            assert self.seen is not None, "a beam cache in use keeps its mask rows"
+            blocked = self.seen.new_full((pad_mask.size(0) * self.beams, self.seen.size(1)), float("-inf"))
+            self.seen = torch.cat([self.seen, blocked])
+        self.slots = None  # rows at different steps: ``seen`` alone holds what each row reads
+
+    def _ragged_slot_mask(self, at: Tensor, extent: int, dtype: torch.dtype) -> Tensor | None:
+        """``_slot_mask`` once sentences joined: each row's new key goes to its own slot at its
+        sentence's step ``at`` (sentences,), instead of after the last step."""
+        g = self.beams
+        assert g is not None
+        if g == 1:
+            return ragged_mask(at, extent, dtype)[:, None, None, :]  # (sentences, 1, 1, L)
+        if self.seen is None or self.seen.dtype != dtype:
+            raise ValueError("a beam cache with sentences at different steps decodes in one dtype")
+        rows = at.numel() * g
+        seen = self.seen.view(rows, -1, g)  # (rows, L', g)
+        if seen.size(1) > extent:  # the longest sentences left
+            seen = seen[:, :extent].contiguous()
+        elif seen.size(1) < extent:
+            seen = torch.cat([seen, seen.new_full((rows, extent - seen.size(1), g), float("-inf"))], dim=1)
+        seen[torch.arange(rows, device=at.device), at.repeat_interleave(g)] = self._own_slot(rows, dtype, at.device)
+        self.seen = seen.view(rows, extent * g)
+        return self.seen.view(rows // g, 1, g, extent * g)
 
     def _slot_mask(self, rows: int, steps: int, dtype: torch.dtype, device: torch.device) -> Tensor:
         """Give each row's new keys its own slot; the additive self-attention mask of the call,
@@ -132,7 +173,10 @@ class BeamCache:
         if self.beams < k:  # one row per sentence fans out to K beams
             for layer in self.store.layers:
                 layer.self_attn.widen(k)
-        if k > 1:
+        if k > 1 and self.store.row_lengths is not None:  # ragged: the mask rows are the whole state
+            assert self.seen is not None
+            self.seen = self.seen.index_select(0, index)
+        elif k > 1:
             old = self.slots
             self.slots = (
                 old.index_select(0, index)

@@ -10,6 +10,13 @@ Contract (``DecoderCache``; ``mt.model.beam_cache.BeamCache`` keeps the same one
 - ``enc`` must hold the rows the cache reads its source from (here: one per decoder row); rows that
   disagree, or an index out of range, raise ValueError instead of decoding silently wrong.
 
+Ragged batches (continuous batching): ``add_sentences`` appends rows for new sentences at step 0 to a
+cache in use (their source K/V made by ``Decoder.source_keys``), so rows then stand at different steps.
+Each row keeps its own step count (``row_lengths``): its next token's position, and the buffer step
+its keys go to. A row's keys fill steps ``0 ..`` of its buffer row, shorter rows' later steps masked,
+as source padding is: the same keys in the same places as decoding the sentence alone. Ragged calls
+feed one token a row.
+
 Per call, ``start_call`` hands each layer an ``AttentionCache`` (a ``LayerStep``): its buffers plus the
 masks of this call, built once for all layers.
 """
@@ -21,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from mt.model.attention import CachedKeys
@@ -40,6 +48,13 @@ class EncoderOut:
         self.pad_mask = self.pad_mask.index_select(0, index)
         return self
 
+    def extend(self, other: EncoderOut) -> EncoderOut:
+        """Append ``other``'s rows (new sentences), padding the shorter sources; in place."""
+        width = max(self.out.size(1), other.out.size(1))
+        self.out = torch.cat([pad_steps(self.out, width, dim=1), pad_steps(other.out, width, dim=1)])
+        self.pad_mask = torch.cat([pad_mask_to(self.pad_mask, width), pad_mask_to(other.pad_mask, width)])
+        return self
+
 
 class KVBuffer:
     """Self-attention keys and values grown one step at a time (torchtune-style: a buffer and a slice).
@@ -55,6 +70,7 @@ class KVBuffer:
         self.length = 0
         self.keys: Tensor | None = None
         self.values: Tensor | None = None
+        self._allocations: dict[str, Tensor] = {}  # ``add_rows``: storage with room for more rows
 
     def append(self, k: Tensor, v: Tensor, slots: int) -> tuple[Tensor, Tensor]:
         """Write this call's k, v (rows * slots, H, T, Dh) after the valid steps; return ``view``."""
@@ -70,6 +86,38 @@ class KVBuffer:
         self.length = needed
         return self.view()
 
+    def append_at(self, k: Tensor, v: Tensor, slots: int, at: Tensor, extent: int) -> tuple[Tensor, Tensor]:
+        """Write one step's k, v (rows * slots, H, 1, Dh), buffer row r at step ``at[r]`` (a ragged
+        batch); the valid steps become ``extent`` (> every ``at``); return ``view``."""
+        n, heads, _, head_dim = k.shape
+        if self.keys is None or self.values is None or extent > self.keys.size(2):
+            self.keys = self._grown(self.keys, k, extent, slots)
+            self.values = self._grown(self.values, v, extent, slots)
+        rows = torch.arange(n // slots, device=k.device)
+        for store, new in ((self.keys, k), (self.values, v)):
+            # (rows*slots, H, 1, Dh) -> (rows, H, slots, Dh), the layout of store[rows, :, at]
+            store[rows, :, at] = new.view(n // slots, slots, heads, head_dim).transpose(1, 2)
+        self.length = extent
+        return self.view()
+
+    def add_rows(self, n: int) -> None:
+        """Append ``n`` empty rows (zeros: masked, but finite, see ``widen``). When the buffer is the first
+        rows of a larger allocation (rows that left, ``select_rows_``; or the spare rows this allocates),
+        only the new rows are written, not every row held."""
+        for name in ("keys", "values"):
+            store = getattr(self, name)
+            if store is None:
+                continue
+            rows = store.size(0)
+            spare = self._allocations.get(name)
+            if spare is None or spare.data_ptr() != store.data_ptr() or spare.size(0) < rows + n:
+                spare = store.new_zeros(2 * (rows + n), *store.shape[1:])
+                spare[:rows] = store
+                self._allocations[name] = spare
+            else:
+                spare[rows : rows + n].zero_()
+            setattr(self, name, spare[: rows + n])
+
     def view(self) -> tuple[Tensor, Tensor]:
         assert self.keys is not None and self.values is not None, "nothing appended yet"
         return tuple(s[:, :, : self.length].flatten(2, 3) for s in (self.keys, self.values))  # type: ignore[return-value]
@@ -78,7 +126,8 @@ class KVBuffer:
         """A buffer of capacity >= ``needed`` (doubling), holding the valid steps of ``store``."""
         n, heads, _, head_dim = new.shape
         capacity = max(32, needed, 2 * (store.size(2) if store is not None else 0))
-        grown = new.new_empty(n // slots, heads, capacity, slots, head_dim)
+        # zeros: a ragged batch's shorter rows read (masked) steps they never wrote, which must be finite
+        grown = new.new_zeros(n // slots, heads, capacity, slots, head_dim)
         if store is not None and self.length:
             grown[:, :, : self.length] = store[:, :, : self.length]
         return grown
@@ -95,10 +144,9 @@ class KVBuffer:
             store = getattr(self, name)
             if store is not None:
                 rows, heads, capacity, _, head_dim = store.shape
-                wide = store.new_empty(rows, heads, capacity, slots, head_dim)
-                # zeros, not garbage, in the new slots of past steps: they are masked out, but a masked
-                # NaN would still poison the softmax and the weighted sum (later steps fill every slot)
-                wide[:, :, : self.length].zero_()
+                # zeros, not garbage, in the new slots: they are masked out, but a masked NaN would still
+                # poison the softmax and the weighted sum (and a ragged batch reads steps it never wrote)
+                wide = store.new_zeros(rows, heads, capacity, slots, head_dim)
                 wide[:, :, : self.length, : store.size(3)] = store[:, :, : self.length]
                 setattr(self, name, wide)
 
@@ -116,6 +164,17 @@ class LayerKV:
         if self.cross_k is not None and self.cross_v is not None:
             self.cross_k, self.cross_v = select_rows_(self.cross_k, index), select_rows_(self.cross_v, index)
 
+    def add_rows(self, cross_k: Tensor, cross_v: Tensor) -> None:
+        """Append rows for new sentences: their source keys and values (n, Hkv, S', Dh), padded to a
+        common source length with zeros (masked by the source pad mask)."""
+        assert self.cross_k is not None and self.cross_v is not None, "add rows to a cache in use"
+        self.self_attn.add_rows(cross_k.size(0))
+        width = max(self.cross_k.size(2), cross_k.size(2))
+        self.cross_k, self.cross_v = (
+            torch.cat([pad_steps(old, width, dim=2), pad_steps(new, width, dim=2)]).contiguous()
+            for old, new in ((self.cross_k, cross_k), (self.cross_v, cross_v))
+        )
+
 
 @dataclass
 class LayerStep:
@@ -126,8 +185,13 @@ class LayerStep:
     source_mask: Tensor  # (rows, 1, 1, S) additive
     self_mask: Tensor | None = None  # (rows, 1, group*T, L*group) additive; None: plain causal
     group: int = 1
+    at: Tensor | None = None  # (rows,) a ragged batch's step of each buffer row; None: all at ``length``
+    extent: int = 0  # with ``at``: the valid steps after this call
 
     def self_kv(self, k: Tensor, v: Tensor) -> CachedKeys:
+        if self.at is not None:
+            keys, values = self.kv.self_attn.append_at(k, v, self.group, self.at, self.extent)
+            return CachedKeys(keys, values, self.self_mask, group=self.group)
         keys, values = self.kv.self_attn.append(k, v, self.group)
         return CachedKeys(keys, values, self.self_mask, is_causal=self.self_mask is None, group=self.group)
 
@@ -144,6 +208,9 @@ class DecodingState(Protocol):
     @property
     def length(self) -> int: ...
 
+    @property
+    def positions(self) -> int | Tensor: ...
+
     def start_call(self, rows: int, steps: int, enc: EncoderOut, dtype: torch.dtype) -> list[LayerStep]: ...
 
     def reorder(self, index: Tensor) -> DecodingState: ...
@@ -156,11 +223,18 @@ class DecoderCache:
         self.layers = [LayerKV() for _ in range(n_layers)]
         self.src_pad_mask: Tensor | None = None  # (rows, S), kept from the first call
         self._source_bias: Tensor | None = None  # src_pad_mask as an additive mask, made once per reorder
+        self.row_lengths: Tensor | None = None  # (rows,) steps of each row once ragged; None: all ``length``
 
     @property
     def length(self) -> int:
-        """Target steps decoded so far (the position of the next token)."""
+        """Target steps decoded so far (the position of the next token); in a ragged batch, the most
+        steps of any row (the valid steps of the buffers)."""
         return self.layers[0].self_attn.length if self.layers else 0
+
+    @property
+    def positions(self) -> int | Tensor:
+        """The position of each row's next token: ``length``, or (rows,) in a ragged batch."""
+        return self.length if self.row_lengths is None else self.row_lengths
 
     @property
     def rows(self) -> int | None:
@@ -177,7 +251,35 @@ class DecoderCache:
                 "reorder the cache and the encoder output with the same index"
             )
         self.keep_source(enc.pad_mask)
-        return [LayerStep(kv, self.source_bias(dtype)) for kv in self.layers]
+        bias = self.source_bias(dtype)
+        if self.row_lengths is None:
+            return [LayerStep(kv, bias) for kv in self.layers]
+        at, extent = self.advance(steps)
+        mask = ragged_mask(at, extent, dtype)[:, None, None, :]  # (rows, 1, 1, L)
+        return [LayerStep(kv, bias, mask, at=at, extent=extent) for kv in self.layers]
+
+    def advance(self, steps: int) -> tuple[Tensor, int]:
+        """A ragged batch's call of ``steps`` (1) tokens a row: the step each row writes (rows,) and the
+        valid steps after the call."""
+        if steps != 1 or self.row_lengths is None:
+            raise ValueError(f"a ragged batch decodes one token a row, got {steps}")
+        at, self.row_lengths = self.row_lengths, self.row_lengths + 1
+        return at, self.length + 1
+
+    def add_sentences(self, source_keys: list[tuple[Tensor, Tensor]], pad_mask: Tensor) -> None:
+        """Append one row for each new sentence, at step 0: ``source_keys`` (per layer, keys and values
+        (n, Hkv, S', Dh), ``Decoder.source_keys``), ``pad_mask`` (n, S'). The cache must be in use."""
+        if self.rows is None or self.src_pad_mask is None:
+            raise ValueError("sentences join a cache after its first decode call")
+        n = pad_mask.size(0)
+        if self.row_lengths is None:
+            self.row_lengths = torch.full((self.rows,), self.length, dtype=torch.long, device=pad_mask.device)
+        self.row_lengths = torch.cat([self.row_lengths, self.row_lengths.new_zeros(n)])
+        for layer, (k, v) in zip(self.layers, source_keys, strict=True):
+            layer.add_rows(k, v)
+        width = max(self.src_pad_mask.size(1), pad_mask.size(1))
+        self.src_pad_mask = torch.cat([pad_mask_to(self.src_pad_mask, width), pad_mask_to(pad_mask, width)])
+        self._source_bias = None
 
     def keep_source(self, pad_mask: Tensor) -> None:
         """Keep the source pad mask (B, S) on the first call."""
@@ -202,6 +304,11 @@ class DecoderCache:
 
     def select_rows_(self, index: Tensor) -> None:
         """Keep rows ``index`` of every buffer and of the source pad mask (no checks)."""
+        if self.row_lengths is not None:  # the buffers keep the steps the longest row left holds
+            self.row_lengths = self.row_lengths.index_select(0, index)
+            longest = int(self.row_lengths.max()) if index.numel() else 0
+            for layer in self.layers:
+                layer.self_attn.length = min(layer.self_attn.length, longest)
         for layer in self.layers:
             layer.select_rows_(index)
         if self.src_pad_mask is not None:
@@ -241,3 +348,24 @@ def select_rows_(store: Tensor, index: Tensor, steps: int | None = None) -> Tens
         valid = store if steps is None else store[:, :, :steps]
         valid[moved] = valid.index_select(0, index[moved])  # sources are read before any row is written
     return store[:n]
+
+
+def ragged_mask(at: Tensor, extent: int, dtype: torch.dtype) -> Tensor:
+    """(rows, extent) additive: row r sees steps ``0 .. at[r]`` (its own), -inf past them."""
+    later = torch.arange(extent, device=at.device) > at.unsqueeze(1)  # (rows, L)
+    return torch.zeros(later.shape, dtype=dtype, device=at.device).masked_fill_(later, float("-inf"))
+
+
+def pad_steps(t: Tensor, width: int, dim: int) -> Tensor:
+    """``t`` with zeros appended along ``dim`` up to ``width`` entries."""
+    missing = width - t.size(dim)
+    if not missing:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t, t.new_zeros(shape)], dim=dim)
+
+
+def pad_mask_to(mask: Tensor, width: int) -> Tensor:
+    """A pad mask (rows, S) widened to ``width`` with padding (True)."""
+    return F.pad(mask, (0, width - mask.size(1)), value=True) if mask.size(1) < width else mask

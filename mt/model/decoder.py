@@ -53,6 +53,14 @@ class Decoder(nn.Module):
     def new_cache(self) -> DecoderCache:
         return DecoderCache(len(self.layers))
 
+    def source_keys(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Every layer's encoder-decoder keys and values (B, Hkv, S, Dh) of ``memory`` (B, S, D), for
+        sentences that join a decoding state in progress (``DecoderCache.add_sentences``)."""
+        return [
+            tuple(t.contiguous() for t in layer.cross_attn.project_memory(memory))  # type: ignore[misc]
+            for layer in self.layers
+        ]
+
     def forward(
         self, tgt_in: Tensor, enc: EncoderOut, cache: DecodingState | None = None, project_output: bool = True
     ) -> Tensor:
@@ -63,7 +71,7 @@ class Decoder(nn.Module):
         ``project_output=False`` returns the last hidden states (B, T, D) instead of the logits: training
         projects them inside its loss (``mt.train.loss.output_loss``), never holding (B, T, V) whole.
         """
-        start = 0 if cache is None else cache.length
+        start = 0 if cache is None else cache.positions  # an int, or (B,) in a ragged batch
         x = self.embedding(tgt_in, start)  # (B, T, D)
         if cache is None:
             mask = ~enc.pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend

@@ -43,6 +43,11 @@ def sinusoid_table(positions: Tensor, d_model: int) -> Tensor:
     return table
 
 
+def row_positions(start: Tensor, length: int) -> Tensor:
+    """Positions (B, T) of ``length`` steps from each row's own ``start`` (B,)."""
+    return start.unsqueeze(1) + torch.arange(length, device=start.device)
+
+
 class SinusoidalPositions(nn.Module):
     """Fixed sinusoidal positional encodings (section 3.5), no parameters.
 
@@ -58,9 +63,12 @@ class SinusoidalPositions(nn.Module):
         self.d_model = d_model
         self.register_buffer("table", sinusoid_table(torch.arange(max_positions), d_model), persistent=False)
 
-    def forward(self, start: int, length: int) -> Tensor:
-        """Encodings (T, D) of positions ``start .. start + length - 1``."""
+    def forward(self, start: int | Tensor, length: int) -> Tensor:
+        """Encodings (T, D) of positions ``start .. start + length - 1``; for a per-row ``start`` (B,),
+        (B, T, D) (a ragged decoding batch, ``mt.model.cache``)."""
         table: Tensor = self.table  # type: ignore[assignment]
+        if isinstance(start, Tensor):
+            return table[row_positions(start, length)]  # (B, T, D); decoding stays below max_positions
         if start + length <= table.size(0):
             return table[start : start + length]
         positions = torch.arange(start, start + length, device=table.device)
@@ -76,8 +84,10 @@ class LearnedPositions(nn.Module):
         self.embedding = nn.Embedding(max_positions, d_model)
         nn.init.normal_(self.embedding.weight, mean=0.0, std=d_model**-0.5)
 
-    def forward(self, start: int, length: int) -> Tensor:
-        """Embeddings (T, D) of positions ``start .. start + length - 1``."""
+    def forward(self, start: int | Tensor, length: int) -> Tensor:
+        """Embeddings (T, D) of positions ``start .. start + length - 1`` ((B, T, D) for ``start`` (B,))."""
+        if isinstance(start, Tensor):
+            return self.embedding(row_positions(start, length))  # (B, T, D)
         if start + length > self.max_positions:
             raise ValueError(f"position {start + length - 1} >= max_positions={self.max_positions}")
         return self.embedding.weight[start : start + length]
@@ -100,9 +110,9 @@ class TransformerEmbedding(nn.Module):
         self.scale = math.sqrt(token.embedding_dim)
         self.dropout = Dropout(dropout)
 
-    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
-        """tokens (B, T) at positions ``start ..`` -> (B, T, D)."""
+    def forward(self, tokens: Tensor, start: int | Tensor = 0) -> Tensor:
+        """tokens (B, T) at positions ``start ..`` (an int, or (B,): each row's own) -> (B, T, D)."""
         x = self.token(tokens) * self.scale  # (B, T, D)
         if self.positions is not None:
-            x = x + self.positions(start, tokens.size(1)).to(x.dtype)  # (T, D) broadcast over B
+            x = x + self.positions(start, tokens.size(1)).to(x.dtype)  # (T, D) or (B, T, D)
         return self.dropout(x)

@@ -175,7 +175,7 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         memory_mask: Tensor | None,
         cache: AttentionCache | None = None,
-        start: int = 0,
+        start: int | Tensor = 0,
     ) -> Tensor:
         """x (B, T, D) at positions ``start ..``; memory (B, S, D); memory_mask: bool (B, 1, 1, S), True =
         may attend -> (B, T, D).
@@ -185,7 +185,7 @@ class DecoderLayer(nn.Module):
         x = self.cross_attn_res(x, lambda h: self.cross_attn(h, memory, mask=memory_mask, cache=cache))
         return self.ffn_res(x, self.ffn)
 
-    def step(self, x: Tensor, memory: Tensor, cache: AttentionCache, start: int) -> Tensor:
+    def step(self, x: Tensor, memory: Tensor, cache: AttentionCache, start: int | Tensor) -> Tensor:
         """``forward(x, memory, None, cache, start)`` in inference (eval mode): the same ops in the same
         order, without the per-sublayer module calls and closures, which are a large part of a decoding
         step of a small model on a CPU."""

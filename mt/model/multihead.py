@@ -92,7 +92,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         is_causal: bool = False,
         cache: AttentionCache | None = None,
-        start: int = 0,
+        start: int | Tensor = 0,
     ) -> Tensor:
         """x: (B, T, D) at positions ``start ..``; memory: (B, S, D) for encoder-decoder attention -> (B, T, D).
 
@@ -109,10 +109,10 @@ class MultiHeadAttention(nn.Module):
             out = cache.self_kv(k, v).attend(q, dropout_p=p)
         else:
             q = self._queries(x)
-            out = cache.cross_kv(lambda: self._project_memory(memory)).attend(q, dropout_p=p)
+            out = cache.cross_kv(lambda: self.project_memory(memory)).attend(q, dropout_p=p)
         return self.out(self._merge_heads(out))  # (B, T, D)
 
-    def step(self, x: Tensor, memory: Tensor | None, cache: AttentionCache, start: int) -> Tensor:
+    def step(self, x: Tensor, memory: Tensor | None, cache: AttentionCache, start: int | Tensor) -> Tensor:
         """``forward(x, memory, cache=cache, start=start)`` in inference (no dropout), with fewer Python
         calls per decoding step (the same ops, so the result is the same bit for bit). x (N, T, D) -> (N, T, D)."""
         plain = self.q_norm is None and self.rope is None
@@ -125,7 +125,7 @@ class MultiHeadAttention(nn.Module):
             out = cache.self_kv(k, v).attend(q)
         else:
             q = self._split_heads(self.q(x), self.heads) if plain else self._queries(x)
-            out = cache.cross_kv(lambda: self._project_memory(memory)).attend(q)
+            out = cache.cross_kv(lambda: self.project_memory(memory)).attend(q)
         return self.out(self._merge_heads(out))  # (N, T, D)
 
     def attention_weights(
@@ -137,10 +137,10 @@ class MultiHeadAttention(nn.Module):
         assert weights is not None
         return weights
 
-    def _project(self, x: Tensor, memory: Tensor | None, start: int) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(self, x: Tensor, memory: Tensor | None, start: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Queries (B, H, T, Dh) from ``x``; keys and values (B, Hkv, T or S, Dh) from ``x`` or ``memory``."""
         if not self.self_attention:
-            return self._queries(x), *self._project_memory(memory)
+            return self._queries(x), *self.project_memory(memory)
         if self.fused:
             q, k, v = (self._split_heads(t, self.heads) for t in self.qkv(x).split(self.d_model, dim=-1))
             if self.q_norm is None and self.rope is None:
@@ -157,7 +157,8 @@ class MultiHeadAttention(nn.Module):
         """Encoder-decoder attention's queries (B, H, T, Dh)."""
         return self._normed(self._split_heads(self.q(x), self.heads), self.q_norm)
 
-    def _project_memory(self, memory: Tensor | None) -> tuple[Tensor, Tensor]:
+    def project_memory(self, memory: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Encoder-decoder attention's keys and values of ``memory`` (B, S, D)."""
         if memory is None:
             raise ValueError("encoder-decoder attention needs `memory` (or a filled cache)")
         k, v = self._split_kv(self.kv(memory))

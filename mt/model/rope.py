@@ -40,17 +40,21 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def tables(self, start: int, length: int) -> tuple[Tensor, Tensor]:
-        """cos, sin (T, Dh/2) of positions ``start .. start + length - 1``."""
+    def tables(self, start: int | Tensor, length: int) -> tuple[Tensor, Tensor]:
+        """cos, sin (T, Dh/2) of positions ``start .. start + length - 1``; for a per-row ``start`` (B,),
+        (B, 1, T, Dh/2), broadcasting over heads (a ragged decoding batch, ``mt.model.cache``)."""
         cos: Tensor = self.cos  # type: ignore[assignment]
         sin: Tensor = self.sin  # type: ignore[assignment]
+        if isinstance(start, Tensor):
+            positions = start.unsqueeze(1) + torch.arange(length, device=start.device)  # (B, T)
+            return cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
         if start + length <= cos.size(0):
             return cos[start : start + length], sin[start : start + length]
         angles = rope_angles(torch.arange(start, start + length, device=cos.device), self.head_dim, self.base)
         return angles.cos(), angles.sin()
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x (B, H, T, Dh) at positions ``start ..`` -> rotated (B, H, T, Dh), in x's dtype."""
-        cos, sin = (t.to(x.dtype) for t in self.tables(start, x.size(-2)))  # (T, Dh/2) each
+    def forward(self, x: Tensor, start: int | Tensor = 0) -> Tensor:
+        """x (B, H, T, Dh) at positions ``start ..`` (an int, or (B,)) -> rotated (B, H, T, Dh), in x's dtype."""
+        cos, sin = (t.to(x.dtype) for t in self.tables(start, x.size(-2)))  # (T, Dh/2) or (B, 1, T, Dh/2)
         x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)

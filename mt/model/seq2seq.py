@@ -40,6 +40,14 @@ class Seq2SeqTransformer(nn.Module):
         """
         return self.decoder(tgt_in, enc, cache)
 
+    def join(self, enc: EncoderOut, cache: DecoderCache | BeamCache, src: Tensor, src_pad_mask: Tensor) -> None:
+        """Add the sentences src (n, S) to a decoding in progress (continuous batching): their encoder
+        output is appended to ``enc``, and to ``cache`` their rows at step 0 (one per sentence, or the
+        beams of each in a ``BeamCache``), which the next ``decode`` feeds with BOS."""
+        new = self.encode(src, src_pad_mask)
+        cache.add_sentences(self.decoder.source_keys(new.out), new.pad_mask)
+        enc.extend(new)
+
     def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor, project_output: bool = True) -> Tensor:
         """Teacher-forced logits (B, T, V); with ``project_output=False`` the decoder's last hidden states
         (B, T, D), which training's loss projects onto ``decoder.output_weight`` itself."""

@@ -1,0 +1,133 @@
+"""Continuous batching (``mt.decode.refill``): sentences that join a decoding in progress get exactly
+the outputs they get in whole batches, for every position scheme and both searches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mt.config import DecodeConfig, ModelConfig
+from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from mt.decode import beam_search, greedy_search
+from mt.decode.refill import SentenceQueue, first_beam_only, joining_tokens
+from mt.model import build_model
+
+VOCAB = 64
+LENGTHS = [3, 12, 1, 7, 5, 9, 2, 6, 4, 8, 11, 3, 2, 10]
+
+
+class Recorded:
+    """A model with EOS made likelier (random weights rarely stop), its decode row counts recorded."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.rows, self.joins = model, [], 0
+
+    def encode(self, src, src_pad_mask):
+        return self.model.encode(src, src_pad_mask)
+
+    def new_cache(self, beams_per_sentence=None):
+        return self.model.new_cache(beams_per_sentence)
+
+    def join(self, enc, cache, src, src_pad_mask):
+        self.joins += 1
+        self.model.join(enc, cache, src, src_pad_mask)
+
+    def decode(self, tgt_in, enc, cache=None):
+        self.rows.append(tgt_in.size(0))
+        logits = self.model.decode(tgt_in, enc, cache).clone()
+        logits[..., EOS_ID] += 0.4
+        return logits
+
+
+OPTIONS = {
+    "paper": {},
+    "pre_ln_rope": dict(pre_ln=True, positions="rope"),
+    "learned_gqa_qknorm": dict(positions="learned", kv_heads=2, qk_norm=True),
+}
+
+
+@pytest.fixture(scope="module", params=list(OPTIONS))
+def model(request) -> Recorded:
+    torch.manual_seed(1234)
+    cfg = ModelConfig(encoder_layers=2, decoder_layers=2, d_model=32, d_ff=64, heads=4, dropout=0.0,
+                      **OPTIONS[request.param])
+    return Recorded(build_model(cfg, VOCAB, VOCAB).eval())
+
+
+@pytest.fixture(scope="module")
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(7)
+    src = torch.full((len(LENGTHS), max(LENGTHS) + 1), PAD_ID)
+    for row, n in enumerate(LENGTHS):
+        src[row, :n] = torch.randint(4, VOCAB, (n,), generator=gen)
+        src[row, n] = EOS_ID
+    return src, src == PAD_ID
+
+
+def same_outputs(whole, refilled) -> None:
+    for alone, joined in zip(whole, refilled, strict=True):
+        assert [h.tokens for h in joined] == [h.tokens for h in alone]
+        assert [h.score for h in joined] == pytest.approx([h.score for h in alone], abs=1e-5)
+
+
+@pytest.mark.parametrize("live", [[1] * 14, [3] * 14, [2] * 7 + [5] * 7])
+@pytest.mark.parametrize("beam", [1, 4])
+def test_beam_search_with_refill_equals_whole_batches(model, batch, beam, live) -> None:
+    cfg = DecodeConfig(beam_size=beam, nbest=min(2, beam), max_len_a=1.0, max_len_b=4, stopping="exact")
+    whole = beam_search(model, *batch, cfg)
+    model.joins = 0
+    same_outputs(whole, beam_search(model, *batch, cfg, live=live))
+    assert model.joins > 0 or max(live) == 1  # one at a time: each sentence in a fresh batch
+
+
+@pytest.mark.parametrize("live", [[1] * 14, [4] * 14, [2] * 7 + [5] * 7])
+@pytest.mark.parametrize("min_len", [0, 6])
+def test_greedy_search_with_refill_equals_whole_batches(model, batch, min_len, live) -> None:
+    cfg = DecodeConfig(strategy="greedy", beam_size=1, max_len_a=1.0, max_len_b=4, min_len=min_len)
+    whole = greedy_search(model, *batch, cfg)
+    model.joins, model.rows = 0, []
+    same_outputs(whole, greedy_search(model, *batch, cfg, live=live))
+    assert (model.joins > 0 or max(live) == 1) and max(model.rows) <= max(live)
+
+
+def test_freed_places_are_refilled(model, batch) -> None:
+    cfg = DecodeConfig(strategy="greedy", beam_size=1, max_len_a=1.0, max_len_b=4)
+    model.rows = []
+    greedy_search(model, *batch, cfg)
+    whole_steps = len(model.rows)
+    model.rows = []
+    greedy_search(model, *batch, cfg, live=[4] * 14)
+    assert max(model.rows) == 4 and len(model.rows) < 14 / 4 * whole_steps  # fewer steps than 4 batches
+    assert model.rows.count(4) > len(model.rows) // 2  # places are kept full
+
+
+def test_the_queue_refills_once_a_quarter_is_free() -> None:
+    src = torch.arange(10).view(10, 1) + 4
+    queue = SentenceQueue(src, src == PAD_ID, [8] * 6 + [4] * 4)  # a batch of 6, then batches of 4
+    assert queue.take(0) == [0, 1, 2, 3, 4, 5]
+    assert not queue.wants(4) and queue.wants(3)  # the next sentence's batch has 4 places: 1 must be free
+    assert queue.take(3) == [6]
+    queue = SentenceQueue(src, src == PAD_ID, [8] * 10)
+    assert queue.take(0) == list(range(8)) and not queue.wants(7) and queue.wants(6)  # 2 of 8 free
+    assert queue.take(5) == [8, 9] and not queue and not queue.wants(0)
+
+
+def test_a_queue_without_limits_takes_everything_at_once() -> None:
+    src = torch.tensor([[5, EOS_ID, PAD_ID], [6, 7, EOS_ID]])
+    queue = SentenceQueue(src, src == PAD_ID)
+    assert queue.take(0) == [0, 1] and not queue
+    sources, mask = SentenceQueue(src, src == PAD_ID).sources([0])
+    assert sources.tolist() == [[5, EOS_ID]] and not mask.any()  # cut to its own length
+
+
+def test_bad_live_limits_are_refused() -> None:
+    src = torch.tensor([[5, EOS_ID]])
+    with pytest.raises(ValueError, match="one entry >= 1 per sentence"):
+        SentenceQueue(src, src == PAD_ID, [0])
+
+
+def test_joining_rows_start_from_bos_with_one_live_beam() -> None:
+    tokens = joining_tokens(2, 3, torch.device("cpu"))
+    assert tokens[:, -1].tolist() == [BOS_ID, BOS_ID] and (tokens[:, :-1] == PAD_ID).all()
+    scores = first_beam_only(2, 3, torch.device("cpu"))
+    assert scores[:, 0].tolist() == [0.0, 0.0] and torch.isinf(scores[:, 1:]).all()

@@ -131,3 +131,19 @@ def test_joining_rows_start_from_bos_with_one_live_beam() -> None:
     assert tokens[:, -1].tolist() == [BOS_ID, BOS_ID] and (tokens[:, :-1] == PAD_ID).all()
     scores = first_beam_only(2, 3, torch.device("cpu"))
     assert scores[:, 0].tolist() == [0.0, 0.0] and torch.isinf(scores[:, 1:]).all()
+
+
+@pytest.mark.parametrize("strategy", ["beam", "greedy"])
+def test_sentences_are_reported_once_as_they_end(model, batch, strategy: str) -> None:
+    cfg = DecodeConfig(strategy=strategy, beam_size=3 if strategy == "beam" else 1, max_len_a=1.0, max_len_b=4)
+    search = beam_search if strategy == "beam" else greedy_search
+    heard: list[list[int]] = []
+    reported = {}
+
+    def on_done(found) -> None:
+        heard.append([s for s, _ in found])
+        reported.update(found)
+
+    results = search(model, *batch, cfg, live=[4] * 14, on_done=on_done)
+    assert sorted(s for group in heard for s in group) == list(range(14)) and len(heard) > 3
+    assert [reported[s] for s in range(14)] == results

@@ -188,3 +188,18 @@ def test_refill_applies_to_the_named_strategy_only(model) -> None:
     assert len(make(model, strategy="beam", refill="all")._pools(batches)) == 1
     assert len(make(model, strategy="sample", refill="all")._pools(batches)) == 3
     assert len(make(model, strategy="greedy", refill="none")._pools(batches)) == 3
+
+
+def test_with_refill_on_batch_hears_lines_as_they_end(model) -> None:
+    heard: list[list[int]] = []
+    translations = {}
+
+    def on_batch(done) -> None:
+        heard.append([i for i, _ in done])
+        translations.update(done)
+
+    lines = LINES * 2
+    results = make(model, strategy="greedy", max_sentences=3, refill="greedy").translate_nbest(lines, on_batch=on_batch)
+    assert sorted(i for ids in heard for i in ids) == list(range(len(lines)))
+    assert len(heard) > 1 + len(lines) // 3  # the empty lines, then lines as they end, not batch by batch
+    assert [translations[i] for i in range(len(lines))] == results

@@ -51,7 +51,7 @@ from mt.decode.common import (
     topk_rows,
 )
 from mt.decode.length_penalty import check_penalty
-from mt.decode.refill import SentenceQueue, first_beam_only, joining_tokens
+from mt.decode.refill import SentenceQueue, SentencesDone, first_beam_only, joining_tokens
 from mt.decode.stopping import Finished
 
 
@@ -130,6 +130,7 @@ def beam_search(
     max_positions: int | None = None,
     vocab_size: int | None = None,
     live: list[int] | None = None,
+    on_done: SentencesDone | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best lists (best first, ``cfg.nbest`` each) for src (B, S) with src_pad_mask (B, S).
 
@@ -137,7 +138,8 @@ def beam_search(
     ``min_len``, ``stopping``; ``max_positions`` (the model's position limit) caps the output length;
     ids ``>= vocab_size`` (the tokenizer's size) are never generated. The algorithm: the module
     docstring; the stopping rules: ``mt.decode.stopping``. ``live`` (continuous batching,
-    ``mt.decode.refill``): sentence i joins the decoding once fewer than ``live[i]`` are being decoded.
+    ``mt.decode.refill``): sentence i joins the decoding once fewer than ``live[i]`` are being decoded;
+    ``on_done`` hears sentences' n-best lists as soon as they are final.
     """
     check_penalty(cfg.length_penalty)
     if not 1 <= cfg.nbest <= cfg.beam_size:
@@ -150,12 +152,13 @@ def beam_search(
     )
     queue = SentenceQueue(src, src_pad_mask, live)
     while queue:
-        _decode_beams(model, queue, finished, cfg.beam_size, vocab_size)
+        _decode_beams(model, queue, finished, cfg.beam_size, vocab_size, on_done)
     return [finished.nbest(s) for s in range(src.size(0))]
 
 
 def _decode_beams(
-    model: DecodableModel, queue: SentenceQueue, finished: Finished, beam: int, vocab_size: int | None
+    model: DecodableModel, queue: SentenceQueue, finished: Finished, beam: int, vocab_size: int | None,
+    on_done: SentencesDone | None,
 ) -> None:
     """Beam search until every sentence taken from ``queue`` is done; sentences join as others leave."""
     max_len, min_len = finished.max_len, finished.min_len
@@ -193,6 +196,8 @@ def _decode_beams(
             finished.is_done(s, n, best, eos)
             for s, n, best, eos in zip(active, steps, best_live, top_is_eos, strict=True)
         ]
+        if on_done is not None and any(done):
+            on_done([(s, finished.nbest(s)) for s, d in zip(active, done, strict=True) if d])
         if all(done):
             return
         if any(done):  # finished sentences leave the batch, the last ones move into their places

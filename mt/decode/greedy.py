@@ -31,7 +31,7 @@ from mt.decode.common import (
     start_tokens,
 )
 from mt.decode.length_penalty import check_penalty, length_penalty
-from mt.decode.refill import SentenceQueue, joining_tokens
+from mt.decode.refill import SentenceQueue, SentencesDone, joining_tokens
 
 # (B', V) float32 log-probs -> (B',) chosen token ids
 Chooser = Callable[[Tensor], Tensor]
@@ -49,23 +49,25 @@ def decode_single_path(
     alpha: float,
     vocab_size: int | None = None,
     live: list[int] | None = None,
+    on_done: SentencesDone | None = None,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence of src (B, S), each next token picked by ``choose``.
 
     ``max_len``, ``min_len``: pieces per sentence at most, and before EOS is allowed; ``penalty``,
     ``alpha``: the length penalty of the score; ids ``>= vocab_size`` are never generated; ``live``:
-    continuous batching (``mt.decode.refill``).
+    continuous batching (``mt.decode.refill``); ``on_done`` hears sentences as soon as they end.
     """
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     queue = SentenceQueue(src, src_pad_mask, live)
     while queue:
-        _decode_rows(model, queue, choose, results, max_len, min_len, penalty, alpha, vocab_size)
+        _decode_rows(model, queue, choose, results, max_len, min_len, penalty, alpha, vocab_size, on_done)
     return results
 
 
 def _decode_rows(
     model: DecodableModel, queue: SentenceQueue, choose: Chooser, results: list[list[Hypothesis]],
     max_len: list[int], min_len: list[int], penalty: str, alpha: float, vocab_size: int | None,
+    on_done: SentencesDone | None,
 ) -> None:
     """Decode until every sentence taken from ``queue`` has ended; sentences join as others leave."""
     sentences = queue.take(0)
@@ -101,6 +103,8 @@ def _decode_rows(
             ):
                 history = history[first + 1 :]  # after the row's BOS
                 results[sent] = [Hypothesis(history, lp_sum / length_penalty(len(history) + 1, penalty, alpha), lp_sum)]
+            if on_done is not None:
+                on_done([(sent, results[sent]) for sent in active[rows].tolist()])
             if bool(ended.all()):
                 return
             keep = torch.tensor(fill_from_the_end(ended.tolist()), device=device)  # (B'',) few rows move
@@ -138,17 +142,19 @@ def greedy_search(
     max_positions: int | None = None,
     vocab_size: int | None = None,
     live: list[int] | None = None,
+    on_done: SentencesDone | None = None,
 ) -> list[list[Hypothesis]]:
     """The greedy output of each sentence of src (B, S), as a one-element n-best list.
 
     Uses ``cfg.length_penalty``, ``alpha`` (the score), ``max_len_a``, ``max_len_b``, ``min_len``;
-    ``live``: continuous batching (``mt.decode.refill``)."""
-    return decode_with_config(model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live)
+    ``live``: continuous batching (``mt.decode.refill``); ``on_done``: sentences as soon as they end."""
+    return decode_with_config(model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live, on_done)
 
 
 def decode_with_config(
     model: DecodableModel, src: Tensor, src_pad_mask: Tensor, choose: Chooser, cfg: DecodeConfig,
     max_positions: int | None, vocab_size: int | None, live: list[int] | None = None,
+    on_done: SentencesDone | None = None,
 ) -> list[list[Hypothesis]]:
     """``decode_single_path`` with the limits and the penalty of ``cfg`` (greedy and sampling share it)."""
     check_penalty(cfg.length_penalty)
@@ -157,4 +163,5 @@ def decode_with_config(
         model, src, src_pad_mask, choose,
         max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
         penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size, live=live,
+        on_done=on_done,
     )

@@ -19,10 +19,15 @@ defaults to greedy only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-from mt.decode.common import BOS_ID, NEG_INF, PAD_ID
+from mt.decode.common import BOS_ID, NEG_INF, PAD_ID, Hypothesis
+
+# hears (sentence, its final n-best list) for sentences as soon as they are done, a group at a time
+SentencesDone = Callable[[list[tuple[int, list[Hypothesis]]]], None]
 
 REFILL_FRACTION = 4  # sentences join once 1/4 of the places are free: fewer, larger joins
 

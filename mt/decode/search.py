@@ -9,6 +9,7 @@ from mt.config import DecodeConfig
 from mt.decode.beam import beam_search
 from mt.decode.common import DecodableModel, Hypothesis
 from mt.decode.greedy import greedy_search
+from mt.decode.refill import SentencesDone
 from mt.decode.sampling import sample
 
 STRATEGIES = ("beam", "greedy", "sample")
@@ -29,20 +30,22 @@ def search(
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
     live: list[int] | None = None,
+    on_done: SentencesDone | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode src (B, S) with ``cfg.strategy``: one n-best list per sentence, best first.
 
     ``max_positions``: the model's position limit (caps the output length); ``vocab_size``: the target
     tokenizer's size (ids at or past it are embedding padding and never generated); ``generator``:
     the random source of ``sample`` (default: seeded with ``cfg.seed`` per call); ``live``: continuous
-    batching for beam and greedy search (``mt.decode.refill``; sampling decodes the batch whole).
+    batching for beam and greedy search (``mt.decode.refill``; sampling decodes the batch whole);
+    ``on_done``: beam and greedy search report sentences as soon as they are final (sampling does not).
     """
     check_strategy(cfg.strategy)
     limits = dict(max_positions=max_positions, vocab_size=vocab_size)
     if cfg.strategy == "beam":
-        return beam_search(model, src, src_pad_mask, cfg, live=live, **limits)
+        return beam_search(model, src, src_pad_mask, cfg, live=live, on_done=on_done, **limits)
     if cfg.strategy == "greedy":
-        return greedy_search(model, src, src_pad_mask, cfg, live=live, **limits)
+        return greedy_search(model, src, src_pad_mask, cfg, live=live, on_done=on_done, **limits)
     return sample(model, src, src_pad_mask, cfg, generator=generator, **limits)
 
 

@@ -5,7 +5,10 @@ never reaches the model), truncate or reject sources longer than ``max_src_len``
 length so batches hold similar lengths (little padding), cut batches with ``mt.data.batch_by_tokens``
 under ``cfg.max_tokens`` (source tokens incl. EOS x rows per sentence, i.e. x beam for beam search) and
 ``cfg.max_sentences``, decode each with ``mt.decode.search``, and put the results back in input order.
-``on_batch`` hears of each batch as it is done (a server answers a request once its lines are).
+Where ``cfg.refill`` names the strategy, up to ``POOL_BATCHES`` batches are decoded in one search call
+whose sentences join as others finish (continuous batching, ``mt.decode.refill``). ``on_batch`` hears of
+each batch as it is done, or with refill of lines as they end (a server answers a request once its
+lines are).
 """
 
 from __future__ import annotations
@@ -122,8 +125,8 @@ class Translator:
     ) -> list[Translation]:
         """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line.
 
-        ``on_batch`` (if given) gets the lines of each decoded batch as soon as it is done, empty lines
-        first; every line is in exactly one call.
+        ``on_batch`` (if given) gets the lines of each decoded batch as soon as it is done (with refill,
+        ``cfg.refill``: lines as they end), empty lines first; every line is in exactly one call.
         """
         sources = self.encode_lines(lines, target_lang)
         results = [Translation([], [], 0) for _ in lines]
@@ -139,15 +142,7 @@ class Translator:
                 total=len(todo), unit="sent", disable=not progress, file=sys.stderr
             ) as bar:
                 for pool in self._pools(self._batches(todo, sources)):
-                    lines_of_pool = [i for batch in pool for i in batch]
-                    live = [len(batch) for batch in pool for _ in batch] if len(pool) > 1 else None
-                    translations = self._translate_batch(sources, lines_of_pool, generator, live)
-                    done = list(zip(lines_of_pool, translations, strict=True))
-                    for i, translation in done:
-                        results[i] = translation
-                    if on_batch is not None:
-                        on_batch(done)
-                    bar.update(len(lines_of_pool))
+                    self._translate_pool(sources, pool, generator, results, on_batch, bar.update)
         finally:
             self.model.train(was_training)
         return results
@@ -160,27 +155,36 @@ class Translator:
         size = POOL_BATCHES if refill else 1
         return [batches[i : i + size] for i in range(0, len(batches), size)]
 
-    def _translate_batch(
-        self, sources: list[list[int]], batch: list[int], generator: torch.Generator, live: list[int] | None = None
-    ) -> list[Translation]:
-        """Decode the sources of line indices ``batch`` as one padded batch, or, with ``live`` (the most
-        sentences decoded together once each is taken), in that order with refill."""
-        batch_sources = [sources[i] for i in batch]
+    def _translate_pool(
+        self, sources: list[list[int]], pool: list[list[int]], generator: torch.Generator,
+        results: list[Translation], on_batch: BatchDone | None, progress: Callable[[int], object],
+    ) -> None:
+        """Decode the batches of ``pool`` (line indices) in one search call into ``results``: a pool of
+        several refills (``mt.decode.refill``; each sentence's batch size bounds the sentences live beside
+        it) and reports lines as they end; a pool of one is decoded whole and reported at its end."""
+        lines = [i for batch in pool for i in batch]
+        batch_sources = [sources[i] for i in lines]
+
+        def finish(found: list[tuple[int, list[Hypothesis]]]) -> None:
+            done = [(lines[k], self._translation(batch_sources[k], hyps)) for k, hyps in found]
+            for i, translation in done:
+                results[i] = translation
+            if on_batch is not None:
+                on_batch(done)
+            progress(len(done))
+
+        live = [len(batch) for batch in pool for _ in batch] if len(pool) > 1 else None
         src, src_pad_mask = collate_sources(batch_sources, self.device)  # (B, S) each
         nbests = search(
-            self.model,
-            src,
-            src_pad_mask,
-            self.cfg,
-            max_positions=self.max_positions,
-            vocab_size=self.tokenizers.tgt.vocab_size,
-            generator=generator,
-            live=live,
+            self.model, src, src_pad_mask, self.cfg, max_positions=self.max_positions,
+            vocab_size=self.tokenizers.tgt.vocab_size, generator=generator, live=live,
+            on_done=finish if live is not None else None,
         )
-        return [
-            Translation(hyps, [self.tokenizers.tgt.decode(h.tokens) for h in hyps], len(ids))
-            for ids, hyps in zip(batch_sources, nbests, strict=True)
-        ]
+        if live is None:
+            finish(list(enumerate(nbests)))
+
+    def _translation(self, source: list[int], hyps: list[Hypothesis]) -> Translation:
+        return Translation(hyps, [self.tokenizers.tgt.decode(h.tokens) for h in hyps], len(source))
 
     def target_tag(self, target_lang: str | None) -> list[int]:
         """``[id of >>lang<<]`` for a multilingual model's target language, ``[]`` for None."""

@@ -1,7 +1,7 @@
 """``make bench-decode-peers``: decoding speed of mt and CTranslate2 side by side, on the same checkpoints.
 
     python scripts/bench_decode_peers.py [--ckpt-mini PATH] [--pairs 3] [--n 1000] [--n-base 128]
-                                         [--threads 2] [--force] [--smoke]
+                                         [--threads 2] [--ct2-mkl auto|on|off] [--force] [--smoke]
 
 The decoding twin of ``make bench-peers``. Two models, each decoded by both engines:
 
@@ -16,7 +16,8 @@ The decoding twin of ``make bench-peers``. Two models, each decoded by both engi
   the work is equal and bound by the matrix products.
 
 1. Converts each checkpoint with mt-export (``mt.export.export_ctranslate2``, float32) into ``--work-dir``.
-2. Refuses to start while another process uses more than half a core (``--force`` overrides).
+2. Refuses to start while another process uses more than half a core (``--force`` overrides), and
+   chooses CTranslate2's CPU backend: Intel MKL or its own (``--ct2-mkl``, ``choose_ct2_backend``).
 3. For each of ``--pairs`` pairs and each model: mt, then CTranslate2, each in its own fresh process
    (CTranslate2's never imports torch; it checks), ``--threads`` threads (``torch.set_num_threads`` /
    ``intra_threads``, ``inter_threads=1``, ``OMP_NUM_THREADS``). Each process decodes the first 8 lines once
@@ -56,6 +57,7 @@ MINI_RUN, MINI_UPDATES = "bench_decode_mini", 1000
 SEARCHES = ("beam", "greedy")
 ENGINES = ("mt", "ct2")
 WARMUP_LINES = 8  # decoded once, untimed, by each worker before its timed searches
+CALIBRATION = 200  # lines of the mini model timed to choose CTranslate2's backend (--ct2-mkl auto)
 BIG_BUDGET = 10**9  # mt's decode.max_tokens: batches are cut by sentence count only, as CTranslate2's
 
 
@@ -204,6 +206,8 @@ def run_worker(engine: str, spec: dict, args: argparse.Namespace) -> dict:
     out = args.work_dir / f"{engine}.json"
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # this checkout's mt
     env = thread_env(args.threads) | {"PYTHONPATH": pythonpath}
+    if engine == "ct2":
+        env |= {"CT2_USE_MKL": "1" if args.ct2_mkl == "on" else "0"}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", engine, json.dumps(spec), str(out)]
     t0, cpu0 = time.monotonic(), os.times()
     subprocess.run(cmd, env=env, check=True)
@@ -212,6 +216,24 @@ def run_worker(engine: str, spec: dict, args: argparse.Namespace) -> dict:
     result["process"] = {"wall_s": time.monotonic() - t0,
                          "cpu_s": cpu1.children_user + cpu1.children_system - cpu0.children_user - cpu0.children_system}
     return result
+
+
+def choose_ct2_backend(args: argparse.Namespace, spec: dict) -> None:
+    """``--ct2-mkl auto``: time CTranslate2 with Intel MKL and with its own backend (oneDNN) on ``CALIBRATION``
+    lines of the mini model, one fresh process each, and race the faster one. With MKL, 2 threads ran
+    3.5x slower than 1 on an Intel Xeon with AVX-512 (one core busy, 3.5x the CPU time); without it, 2
+    threads were as fast as MKL on 1. CTranslate2 uses MKL by default on Intel CPUs only."""
+    if args.ct2_mkl != "auto":
+        return
+    small = {**spec, "n": min(spec["n"], CALIBRATION)}
+    seconds = {}
+    for choice in ("on", "off"):
+        args.ct2_mkl = choice
+        figures = run_worker("ct2", small, args)
+        seconds[choice] = sum(figures[search]["wall_s"] for search in SEARCHES)
+    args.ct2_mkl = min(seconds, key=seconds.__getitem__)
+    print(f"CTranslate2 backend: MKL {seconds['on']:.2f} s, oneDNN {seconds['off']:.2f} s on {small['n']} lines "
+          f"(beam + greedy); racing {'MKL' if args.ct2_mkl == 'on' else 'oneDNN'}", flush=True)
 
 
 def run_line(pair: int, model: str, engine: str, search: str, fig: dict) -> str:
@@ -256,6 +278,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work-dir", type=Path, default=REPO / "runs" / "bench_decode_peers",
                    help="the random checkpoint, the CTranslate2 models, the workers' results")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "decode-peers-results.jsonl")
+    p.add_argument("--ct2-mkl", choices=("auto", "on", "off"), default="auto",
+                   help="CTranslate2's Intel MKL backend (CT2_USE_MKL); auto: the faster on this machine")
     p.add_argument("--force", action="store_true", help="start even if other processes are busy")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, 1 pair, no busy check (the test's)")
     args = p.parse_args()
@@ -282,8 +306,10 @@ def main() -> None:
     mini = args.ckpt_mini or train_mini(args.data_dir)
     base = random_checkpoint(mini, args.work_dir / "base.pt", args.base_model, args.base_overrides)
     specs = model_specs(args, mini, base)
+    choose_ct2_backend(args, specs["mini"])
     session = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mt_commit": git_commit(),
-               "threads": args.threads, "beam": args.beam, "max_sentences": args.max_sentences}
+               "threads": args.threads, "beam": args.beam, "max_sentences": args.max_sentences,
+               "ct2_mkl": args.ct2_mkl}
     print(f"{args.pairs} pair(s), {args.threads} threads, beam {args.beam} (|Y|^alpha, fairseq's stop) and greedy, "
           f"batches of <= {args.max_sentences} sentences; mini: {specs['mini']['n']} lines, alpha "
           f"{specs['mini']['alpha']}; base ({args.base_model}, random): {specs['base']['n']} lines x "

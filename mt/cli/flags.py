@@ -28,6 +28,7 @@ DECODE_FLAGS = {
     "top_p": "top_p",
     "seed": "seed",
     "max_tokens": "max_tokens",
+    "refill": "refill",
     "max_sentences": "max_sentences",
     "on_too_long": "on_too_long",
     "min_len": "min_len",
@@ -94,6 +95,9 @@ def add_decode_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, help="sampling seed")
     g.add_argument("--max-tokens", type=ranged(int, 1), help="batch budget: source tokens x beam")
     g.add_argument("--max-sentences", type=ranged(int, 1), help="sentences per batch at most")
+    g.add_argument("--refill", choices=("greedy", "all", "none"),
+                   help="continuous batching (new sentences take finished ones' places) for: greedy search, "
+                        "all (beam search too), none")
     g.add_argument("--on-too-long", choices=("truncate", "reject"), help="sources longer than the model allows")
     g.add_argument("--min-len", type=ranged(int, 0), help="pieces before EOS is allowed (1: no empty output)")
     g.add_argument("--stopping", choices=("topk_eos", "exact", "fairseq"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -58,74 +59,115 @@ def decode_single_path(
     continuous batching (``mt.decode.refill``); ``on_done`` hears sentences as soon as they end.
     """
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    limits = _Limits(max_len, min_len, penalty, alpha)
     queue = SentenceQueue(src, src_pad_mask, live)
     while queue:
-        _decode_rows(model, queue, choose, results, max_len, min_len, penalty, alpha, vocab_size, on_done)
+        _decode_rows(model, queue, choose, results, limits, vocab_size, on_done)
     return results
+
+
+@dataclass
+class _Limits:
+    """Per sentence: pieces at most, pieces before EOS is allowed; the length penalty of the score."""
+
+    max_len: list[int]
+    min_len: list[int]
+    penalty: str
+    alpha: float
+
+    def hypothesis(self, tokens: list[int], logprob: float) -> Hypothesis:
+        return Hypothesis(tokens, logprob / length_penalty(len(tokens) + 1, self.penalty, self.alpha), logprob)
+
+
+@dataclass
+class _Rows:
+    """The rows being decoded, one per sentence; steps are the batch's (sentences join at later steps)."""
+
+    sentence: Tensor  # (B',) the sentence of each row
+    born: Tensor  # (B',) the step of its first token (BOS)
+    limit: Tensor  # (B',) the step from which it may only end: born + max_len
+    shortest: Tensor  # (B',) the step before which it may not end: born + min_len
+    tokens: Tensor  # (B', t + 1) its tokens, column j holding step ``origin + j``'s input
+    logprob: Tensor  # (B',)
+    origin: int = 0
+
+    @classmethod
+    def starting(cls, sentences: list[int], step: int, limits: _Limits, device: torch.device) -> _Rows:
+        """Rows for ``sentences`` whose BOS is the input of ``step``."""
+        n = len(sentences)
+        return cls(
+            torch.tensor(sentences, device=device), torch.full((n,), step, device=device),
+            torch.tensor([step + limits.max_len[s] for s in sentences], device=device),
+            torch.tensor([step + limits.min_len[s] for s in sentences], device=device),
+            start_tokens(n, device), torch.zeros(n, device=device), origin=step,
+        )
+
+    def keep(self, index: Tensor) -> None:
+        """Keep rows ``index`` (B'',)."""
+        for name in ("sentence", "born", "limit", "shortest", "tokens", "logprob"):
+            setattr(self, name, getattr(self, name)[index])
+
+    def extend(self, new: _Rows) -> None:
+        """Append ``new`` rows, which start at the next step: the token columns no row reads go."""
+        first = int(self.born.min())
+        self.tokens, self.origin = self.tokens[:, first - self.origin :], first
+        for name in ("sentence", "born", "limit", "shortest", "logprob"):
+            setattr(self, name, torch.cat([getattr(self, name), getattr(new, name)]))
+        joining = joining_tokens(new.tokens.size(0), self.tokens.size(1), self.tokens.device)  # BOS last
+        self.tokens = torch.cat([self.tokens, joining])
+
+    def outputs(self, rows: Tensor, limits: _Limits) -> list[tuple[int, list[Hypothesis]]]:
+        """(sentence, [hypothesis]) of ``rows`` (m,) that just produced EOS (the last token column)."""
+        histories = self.tokens[rows, :-1].tolist()
+        starts = (self.born[rows] - self.origin + 1).tolist()  # the column after each row's BOS
+        return [
+            (sent, [limits.hypothesis(history[start:], lp)])
+            for sent, start, history, lp in zip(
+                self.sentence[rows].tolist(), starts, histories, self.logprob[rows].tolist(), strict=True
+            )
+        ]
 
 
 def _decode_rows(
     model: DecodableModel, queue: SentenceQueue, choose: Chooser, results: list[list[Hypothesis]],
-    max_len: list[int], min_len: list[int], penalty: str, alpha: float, vocab_size: int | None,
-    on_done: SentencesDone | None,
+    limits: _Limits, vocab_size: int | None, on_done: SentencesDone | None,
 ) -> None:
     """Decode until every sentence taken from ``queue`` has ended; sentences join as others leave."""
     sentences = queue.take(0)
     src, src_pad_mask = queue.sources(sentences)
-    device = src.device
-    active = torch.tensor(sentences, device=device)  # (B',) original sentence of each row
-    born = torch.zeros(len(sentences), dtype=torch.long, device=device)  # (B',) step each row started at
-    limit = torch.tensor([max_len[s] for s in sentences], device=device)  # (B',) in steps (born + max_len)
-    shortest = torch.tensor([min_len[s] for s in sentences], device=device)  # (B',) likewise
-    ban_until = max(min_len[s] for s in sentences)  # steps before which some row may not end
-    origin = 0  # the step of ``tokens``' first column
+    rows = _Rows.starting(sentences, 0, limits, src.device)
+    ban_until = max(limits.min_len[s] for s in sentences)  # the step before which some row may not end
     enc = model.encode(src, src_pad_mask)
     cache = model.new_cache()
-    tokens = start_tokens(len(sentences), device)  # (B', t + 1)
-    logprob = torch.zeros(len(sentences), device=device)  # (B',)
 
     for step in itertools.count():
-        lprobs = log_probs(model.decode(tokens[:, -1:], enc, cache), vocab_size)  # (B', V)
-        at_limit = step >= limit  # (B',)
+        lprobs = log_probs(model.decode(rows.tokens[:, -1:], enc, cache), vocab_size)  # (B', V)
+        at_limit = step >= rows.limit  # (B',)
         if bool(at_limit.any()):
             force_eos_(lprobs, at_limit)
         if step < ban_until:
-            ban_eos_(lprobs, step < shortest)
+            ban_eos_(lprobs, step < rows.shortest)
         tok = choose(lprobs)  # (B',)
-        logprob = logprob + lprobs.gather(1, tok.unsqueeze(1)).squeeze(1)
-        tokens = torch.cat([tokens, tok.unsqueeze(1)], dim=1)  # (B', t + 2)
+        rows.logprob = rows.logprob + lprobs.gather(1, tok.unsqueeze(1)).squeeze(1)
+        rows.tokens = torch.cat([rows.tokens, tok.unsqueeze(1)], dim=1)  # (B', t + 2)
         ended = tok == EOS_ID  # (B',)
         if bool(ended.any()):
-            rows = ended.nonzero().squeeze(1)
-            for sent, first, history, lp_sum in zip(
-                active[rows].tolist(), (born[rows] - origin).tolist(), tokens[rows, :-1].tolist(),
-                logprob[rows].tolist(), strict=True,
-            ):
-                history = history[first + 1 :]  # after the row's BOS
-                results[sent] = [Hypothesis(history, lp_sum / length_penalty(len(history) + 1, penalty, alpha), lp_sum)]
+            found = rows.outputs(ended.nonzero().squeeze(1), limits)
+            for sent, hyps in found:
+                results[sent] = hyps
             if on_done is not None:
-                on_done([(sent, results[sent]) for sent in active[rows].tolist()])
+                on_done(found)
             if bool(ended.all()):
                 return
-            keep = torch.tensor(fill_from_the_end(ended.tolist()), device=device)  # (B'',) few rows move
+            keep = torch.tensor(fill_from_the_end(ended.tolist()), device=src.device)  # (B'',) few rows move
             cache.reorder(keep)
             enc.reorder(keep)
-            active, born, tokens, logprob, limit, shortest = (
-                t[keep] for t in (active, born, tokens, logprob, limit, shortest)
-            )
-        if queue.wants(active.numel()):  # continuous batching: new sentences take the free places
-            joining = queue.take(active.numel())
+            rows.keep(keep)
+        if queue.wants(rows.sentence.numel()):  # continuous batching: new sentences take the free places
+            joining = queue.take(rows.sentence.numel())
             model.join(enc, cache, *queue.sources(joining))
-            starts = int(born.min())
-            tokens, origin = tokens[:, starts - origin :], starts  # columns no row reads go
-            n = len(joining)
-            active = torch.cat([active, torch.tensor(joining, device=device)])
-            born = torch.cat([born, born.new_full((n,), step + 1)])
-            limit = torch.cat([limit, torch.tensor([step + 1 + max_len[s] for s in joining], device=device)])
-            shortest = torch.cat([shortest, torch.tensor([step + 1 + min_len[s] for s in joining], device=device)])
-            ban_until = max(ban_until, step + 1 + max(min_len[s] for s in joining))
-            tokens = torch.cat([tokens, joining_tokens(n, tokens.size(1), device)])
-            logprob = torch.cat([logprob, logprob.new_zeros(n)])
+            rows.extend(_Rows.starting(joining, step + 1, limits, src.device))
+            ban_until = max(ban_until, step + 1 + max(limits.min_len[s] for s in joining))
 
 
 def _argmax(lprobs: Tensor) -> Tensor:

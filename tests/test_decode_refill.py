@@ -147,3 +147,22 @@ def test_sentences_are_reported_once_as_they_end(model, batch, strategy: str) ->
     results = search(model, *batch, cfg, live=[4] * 14, on_done=on_done)
     assert sorted(s for group in heard for s in group) == list(range(14)) and len(heard) > 3
     assert [reported[s] for s in range(14)] == results
+
+
+def test_sentences_join_a_beam_cache_right_after_its_first_step() -> None:
+    """Regression: right after step 0 fans out to K beams the cache has no mask rows yet; a join then
+    builds them from its slot table."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(encoder_layers=1, decoder_layers=2, d_model=32, d_ff=64, heads=4, dropout=0.0)
+    model = build_model(cfg, VOCAB, VOCAB).eval()
+    src = torch.tensor([[5, 6, EOS_ID], [7, EOS_ID, PAD_ID], [8, 9, EOS_ID]])
+    mask = src == PAD_ID
+    with torch.inference_mode():
+        enc, cache = model.encode(src[:2], mask[:2]), model.new_cache(beams_per_sentence=2)
+        model.decode(torch.full((2, 1), BOS_ID), enc, cache)  # step 0: one row a sentence
+        cache.reorder(torch.tensor([0, 0, 1, 1]))  # two beams each
+        model.join(enc, cache, src[2:], mask[2:])
+        tokens = torch.tensor([[10], [11], [12], [13], [BOS_ID], [BOS_ID]])
+        joined = model.decode(tokens, enc, cache)  # (6, 1, V)
+        alone = model.decode(torch.full((1, 1), BOS_ID), model.encode(src[2:], mask[2:]), model.new_cache())
+    assert torch.allclose(joined[4:], alone.expand(2, -1, -1), atol=1e-5)

@@ -18,6 +18,10 @@ Layout: the B' sentences still being decoded each own K consecutive rows, so eve
    one index (surviving sentences x parent beams) reorders the token history and, in exactly one
    place, the decoder cache, a ``BeamCache`` (``mt.model.beam_cache``: the beams of a sentence share
    its source K/V and one self-attention store, so that reorder moves few keys).
+5. With ``live`` (continuous batching, ``mt.decode.refill``), the next sentences then join in the freed
+   places at their own step 0 (``model.join``): K rows each, all ``[BOS]``, only the first one alive
+   (the others' scores are -inf), which is what step 0's one row a sentence does. Length limits and
+   stopping count each sentence's own steps.
 
 Scores: ``score = logprob / lp(|Y|)`` with |Y| = pieces + EOS (``mt.decode.length_penalty``). When a
 sentence is done: ``mt.decode.stopping`` (``cfg.stopping``: ``topk_eos``, the default, also stops when
@@ -156,12 +160,21 @@ def beam_search(
     return [finished.nbest(s) for s in range(src.size(0))]
 
 
+def _length_masks(
+    finished: Finished, active: list[int], steps: list[int], rows: int, device: torch.device
+) -> tuple[Tensor | None, Tensor | None]:
+    """(B'*r,) bool: the rows that may only end (their sentence's ``steps`` entry reached its max_len), and
+    those that may not end yet (below its min_len); each None when there is none."""
+    ending = [n >= finished.max_len[s] for s, n in zip(active, steps, strict=True)]
+    at_limit = torch.tensor(ending, device=device).repeat_interleave(rows) if any(ending) else None
+    return at_limit, rows_below(steps, [finished.min_len[s] for s in active], rows, device)
+
+
 def _decode_beams(
     model: DecodableModel, queue: SentenceQueue, finished: Finished, beam: int, vocab_size: int | None,
     on_done: SentencesDone | None,
 ) -> None:
     """Beam search until every sentence taken from ``queue`` is done; sentences join as others leave."""
-    max_len, min_len = finished.max_len, finished.min_len
     active = queue.take(0)  # the sentence of each group of rows
     src, src_pad_mask = queue.sources(active)
     device = src.device
@@ -176,11 +189,7 @@ def _decode_beams(
         rows = scores.size(1)  # 1 at step 0, K after
         logits = model.decode(tokens[:, -1:], enc, cache)[:, -1, :]  # (B'*r, V)
         steps = [step - b for b in born]  # each sentence's own step
-        at_limit = None
-        if any(n >= max_len[s] for s, n in zip(active, steps, strict=True)):
-            at_limit = torch.tensor([n >= max_len[s] for s, n in zip(active, steps, strict=True)], device=device)
-            at_limit = at_limit.repeat_interleave(rows)
-        too_short = rows_below(steps, [min_len[s] for s in active], rows, device)
+        at_limit, too_short = _length_masks(finished, active, steps, rows, device)
         cand_scores, cand_beam, cand_tok = _select_candidates(scores, logits, beam, vocab_size, at_limit, too_short)
         first = [b - origin for b in born]
         _finalize(finished, active, first, tokens, cand_scores, cand_beam, cand_tok, beam, rows)

@@ -42,6 +42,7 @@ class BeamCache:
         self.slots: Tensor | None = None  # (rows, length) the slot each row reads at each step (beams > 1)
         self.seen: Tensor | None = None  # (rows, length * beams) the additive mask row of each row's last step
         self._own: Tensor | None = None  # (rows, beams) the mask block of one new step (``_own_slot``)
+        self.dtype = torch.float32  # the masks' dtype: the last call's
 
     @property
     def length(self) -> int:
@@ -80,6 +81,7 @@ class BeamCache:
                 f"{self.sentences} sentences x {self.beams} beams (reorder the encoder output by sentence)"
             )
         self.store.keep_source(enc.pad_mask)
+        self.dtype = dtype
         bias = self.store.source_bias(dtype)  # (sentences, 1, 1, S)
         if self.store.row_lengths is not None:  # sentences joined: each writes its own step
             at, extent = self.store.advance(steps)
@@ -95,10 +97,18 @@ class BeamCache:
             raise ValueError("sentences join a beam cache once it holds K rows a sentence (after its first reorder)")
         self.store.add_sentences(source_keys, pad_mask)
         if self.beams > 1:
-            assert self.seen is not None, "a beam cache in use keeps its mask rows"
+            if self.seen is None:  # right after step 0's fan-out: the mask rows from the slot table
+                self.seen = self._seen_from_slots()
             blocked = self.seen.new_full((pad_mask.size(0) * self.beams, self.seen.size(1)), float("-inf"))
             self.seen = torch.cat([self.seen, blocked])
         self.slots = None  # rows at different steps: ``seen`` alone holds what each row reads
+
+    def _seen_from_slots(self) -> Tensor:
+        """``seen`` (rows, L*g) as ``_slot_mask`` builds it, from the slot table, in the last call's dtype."""
+        assert self.slots is not None and self.beams is not None
+        allowed = self.slots.unsqueeze(-1) == torch.arange(self.beams, device=self.slots.device)  # (rows, L, g)
+        seen = torch.zeros(allowed.shape, dtype=self.dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+        return seen.flatten(1)
 
     def _ragged_slot_mask(self, at: Tensor, extent: int, dtype: torch.dtype) -> Tensor | None:
         """``_slot_mask`` once sentences joined: each row's new key goes to its own slot at its

@@ -104,7 +104,8 @@ def _live_positions(cand_tok: Tensor, beam: int) -> Tensor:
 def _finalize(
     finished: Finished,
     active: list[int],
-    first: list[int],
+    born: list[int],
+    origin: int,
     tokens: Tensor,
     cand_scores: Tensor,
     cand_beam: Tensor,
@@ -113,7 +114,7 @@ def _finalize(
     rows: int,
 ) -> None:
     """Turn finite EOS candidates among the top K into finished hypotheses (best first); a sentence's
-    history starts after its BOS, in column ``first`` of ``tokens``."""
+    history starts after its BOS, in column ``born - origin`` of ``tokens``."""
     top_eos = (cand_tok[:, :beam] == EOS_ID) & cand_scores[:, :beam].isfinite()  # (B', K)
     if not bool(top_eos.any()):
         return
@@ -121,7 +122,7 @@ def _finalize(
     parents = sent * rows + cand_beam[sent, pos]  # rows: 1 or K a sentence
     histories = tokens.index_select(0, parents).tolist()
     for i, history, logprob in zip(sent.tolist(), histories, cand_scores[sent, pos].tolist(), strict=True):
-        finished.add(active[i], history[first[i] + 1 :], logprob)
+        finished.add(active[i], history[born[i] - origin + 1 :], logprob)
 
 
 @torch.inference_mode()
@@ -191,8 +192,7 @@ def _decode_beams(
         steps = [step - b for b in born]  # each sentence's own step
         at_limit, too_short = _length_masks(finished, active, steps, rows, device)
         cand_scores, cand_beam, cand_tok = _select_candidates(scores, logits, beam, vocab_size, at_limit, too_short)
-        first = [b - origin for b in born]
-        _finalize(finished, active, first, tokens, cand_scores, cand_beam, cand_tok, beam, rows)
+        _finalize(finished, active, born, origin, tokens, cand_scores, cand_beam, cand_tok, beam, rows)
 
         live = _live_positions(cand_tok, beam)  # (B', K)
         scores = cand_scores.gather(1, live)  # (B', K), sorted best first

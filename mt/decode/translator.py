@@ -151,7 +151,7 @@ class Translator:
         """Batches decoded in one search call: where ``cfg.refill`` names the strategy (``greedy``, or
         ``all`` for beam and greedy) up to ``POOL_BATCHES`` consecutive ones, whose sentences join as
         others finish (``mt.decode.refill``); else one each."""
-        refill = self.cfg.refill == "all" and self.cfg.strategy != "sample" or self.cfg.refill == self.cfg.strategy
+        refill = (self.cfg.refill == "all" and self.cfg.strategy != "sample") or self.cfg.refill == self.cfg.strategy
         size = POOL_BATCHES if refill else 1
         return [batches[i : i + size] for i in range(0, len(batches), size)]
 

@@ -171,7 +171,7 @@ class LayerKV:
         self.self_attn.add_rows(cross_k.size(0))
         width = max(self.cross_k.size(2), cross_k.size(2))
         self.cross_k, self.cross_v = (
-            torch.cat([pad_steps(old, width, dim=2), pad_steps(new, width, dim=2)]).contiguous()
+            torch.cat([pad_steps(old, width, dim=2), pad_steps(new, width, dim=2)])
             for old, new in ((self.cross_k, cross_k), (self.cross_v, cross_v))
         )
 

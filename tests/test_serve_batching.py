@@ -20,6 +20,8 @@ from mt.decode import Translator
 from mt.decode.common import max_output_lengths
 from mt.decode.translator import collate_sources
 from mt.model.packed_linear import padded_rows
+from mt.serve.app import create_app
+from mt.serve.batching import GATHER_BATCHES
 from mt.serve.engine import FILL_LONGEST, FORCED_LENGTH, Options, fill_lines, rows_per_line, source_row_batches
 from mt.serve.settings import ServeSettings
 
@@ -85,6 +87,12 @@ def test_one_request_at_a_time_gives_the_same_answers(demo, engine):
         metrics = httpx.get(f"{url}/metrics").text
     assert [line for a in answers for line in a.json()["translatedText"]] == reference(engine, lines)
     assert f"mt_batch_requests_bucket{{le=\"1.0\"}} {float(len(requests))}" in metrics
+
+
+def test_a_gather_holds_several_decoder_batches_by_default(engine):
+    default = create_app(engine, ServeSettings(threads=1)).state.front.worker
+    assert default.max_batch_tokens == GATHER_BATCHES * engine.settings(Options()).max_tokens > 0
+    assert create_app(engine, ServeSettings(threads=1, max_batch_tokens=7)).state.front.worker.max_batch_tokens == 7
 
 
 def test_the_fill_warm_up_decodes_the_largest_batch_at_the_length_limit(demo, engine):

@@ -40,8 +40,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     g.add_argument("--port", type=ranged(int, 0, 65535), default=5000, help="(default: %(default)s; 0: any free)")
     g.add_argument("--max-batch-tokens", type=ranged(int, 1),
-                   help="source tokens (x beam) the worker gathers from queued requests into one batch "
-                        "(default: the decoding batch budget, --max-tokens or the checkpoint's)")
+                   help="source tokens (x beam) the worker gathers from queued requests for one decoding call, "
+                        "which sorts them by length into batches (default: 4 decoding batches, 4 x --max-tokens "
+                        "or the checkpoint's)")
     g.add_argument("--max-wait-ms", type=ranged(float, 0), default=DEFAULTS.max_wait_ms,
                    help="how long the worker waits for more requests before decoding a partial batch "
                         "(default: %(default)s)")

@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from mt.serve.batching import BatchingWorker
+from mt.serve.batching import GATHER_BATCHES, BatchingWorker
 from mt.serve.engine import Engine, Options
 from mt.serve.front import Front
 from mt.serve.metrics import Metrics
@@ -66,7 +66,7 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     metrics = Metrics()
     worker = BatchingWorker(
         engine,
-        max_batch_tokens=settings.max_batch_tokens or engine.settings(Options()).max_tokens,
+        max_batch_tokens=settings.max_batch_tokens or GATHER_BATCHES * engine.settings(Options()).max_tokens,
         max_wait_s=settings.max_wait_ms / 1000,
         max_queue=settings.max_queue,
         threads=settings.threads or usable_cores(),

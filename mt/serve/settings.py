@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 class ServeSettings:
     """What ``mt-serve``'s flags set; the app, the worker and the limits read it."""
 
-    # source tokens (incl. EOS) x beam gathered into one decoding batch; None: the decoder's own batch budget
-    # (DecodeConfig.max_tokens), so one gathered batch is about one batch of the decoder
+    # source tokens (incl. EOS) x beam the worker gathers for one engine call; None: GATHER_BATCHES times the
+    # decoder's own batch budget (DecodeConfig.max_tokens), which the engine sorts and splits into batches
     max_batch_tokens: int | None = None
     max_wait_ms: float = 5.0  # how long the worker waits for more requests before decoding a partial batch
     max_queue: int = 256  # requests waiting for the worker; more are refused with 429

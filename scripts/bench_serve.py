@@ -1,6 +1,6 @@
 """``make bench-serve``: mt-serve under load on loopback, against itself without batching and against mt-translate.
 
-    python scripts/bench_serve.py [--ckpt PATH] [--requests 400] [--time-limit 40] [--rounds 2]
+    python scripts/bench_serve.py [--ckpt PATH] [--requests 1200] [--time-limit 60] [--rounds 2]
     python scripts/bench_serve.py --soak-minutes 10            # then 8 clients for 10 minutes: RSS and errors
     python scripts/bench_serve.py --soak-only --soak-minutes 10   # the soak alone
     python scripts/bench_serve.py --smoke --ckpt X --source-file F   # seconds: what the test suite runs
@@ -321,8 +321,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ckpt", type=Path, help="trained Multi30k checkpoint (default: make bench's, trained if missing)")
     p.add_argument("--source-file", type=Path, default=DEFAULT_DATA, help="source lines (plain or .gz)")
-    p.add_argument("--requests", type=int, default=400, help="requests per run at most")
-    p.add_argument("--time-limit", type=float, default=40.0, help="seconds per run at most")
+    p.add_argument("--requests", type=int, default=1200,
+                   help="requests per run at most (at 64 clients about 20 s: the first and last gathers, when fewer "
+                        "than 64 requests are in flight, then weigh little)")
+    p.add_argument("--time-limit", type=float, default=60.0, help="seconds per run at most")
     p.add_argument("--rounds", type=int, default=2, help="alternated rounds of the comparisons")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
     p.add_argument("--batched-clients", type=int, default=64, help="client count of the two comparisons")

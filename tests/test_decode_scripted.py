@@ -295,3 +295,21 @@ def test_topk_rows_matches_topk(vocab: int) -> None:
         finite = values.isfinite()
         for row in range(scores.size(0)):  # the finite ids are distinct
             assert len(set(ids[row][finite[row]].tolist())) == int(finite[row].sum())
+
+
+@pytest.mark.parametrize("vocab", [8000, 8003, 128, 40])
+def test_argmax_rows_is_argmax(vocab: int) -> None:
+    """The chunked argmax gives argmax's ids exactly: the first of tied maxima, all -inf rows, NaN."""
+    from mt.decode.common import argmax_rows
+
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(8, vocab, generator=g)
+    scores[1] = torch.randint(0, 3, (vocab,), generator=g).float()  # the maximum in many places
+    scores[2] = -math.inf  # nothing allowed: argmax says 0
+    scores[3] = -math.inf
+    scores[3, vocab - 1] = -1.0  # one finite entry, in the last chunk
+    scores[4, : vocab // 2] = -math.inf  # whole chunks banned
+    scores[5, [3, vocab // 2, vocab - 2]] = 99.0  # a tie across chunks: the first one wins
+    scores[6, [5, vocab - 1]] = math.nan  # NaN counts as the largest, the first one
+    assert torch.equal(argmax_rows(scores), scores.argmax(dim=1))
+    assert argmax_rows(scores[:0]).shape == (0,)

@@ -23,6 +23,7 @@ from mt.decode.common import (
     EOS_ID,
     DecodableModel,
     Hypothesis,
+    argmax_rows,
     ban_eos_,
     fill_from_the_end,
     force_eos_,
@@ -171,7 +172,7 @@ def _decode_rows(
 
 
 def _argmax(lprobs: Tensor) -> Tensor:
-    return lprobs.argmax(dim=-1)  # (B',)
+    return argmax_rows(lprobs)  # (B',) as lprobs.argmax(dim=-1)
 
 
 @torch.inference_mode()

@@ -199,12 +199,16 @@ def _copied(value: Any) -> Any:
     return value
 
 
+PACKED_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.qint8}  # --precision
+
+
 def load_for_inference(
     path: str | Path, device: str | torch.device = "cpu", *, pack: bool = False, precision: str = "fp32"
 ):
     """Model (eval mode), tokenizers and typed config from a checkpoint, safely. ``pack``: the linears
-    packed for oneDNN on a CPU model (``mt.model.packed_linear``; the state dict is unchanged), as
-    float32 or, with ``precision="bf16"``, bfloat16 products (then ``bf16_supported()`` must hold)."""
+    packed for a CPU model (``mt.model.packed_linear``; the state dict is unchanged), as float32 or, with
+    ``precision="bf16"``, bfloat16 products (then ``bf16_supported()`` must hold), with ``"int8"`` int8
+    weights (``int8_supported()``)."""
     from mt.config import to_config
     from mt.model import build_model, pack_linears_
 
@@ -220,7 +224,7 @@ def load_for_inference(
         raise CheckpointError(f"{path}: weights do not match the stored model config: {e}") from e
     model.to(device).eval()
     if pack:
-        pack_linears_(model, torch.bfloat16 if precision == "bf16" else torch.float32)
+        pack_linears_(model, PACKED_DTYPES[precision])
     return model, tokenizers, cfg
 
 

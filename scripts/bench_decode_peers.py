@@ -1,7 +1,8 @@
 """``make bench-decode-peers``: decoding speed of mt and CTranslate2 side by side, on the same checkpoints.
 
     python scripts/bench_decode_peers.py [--ckpt-mini PATH] [--pairs 3] [--n 1000] [--n-base 128]
-                                         [--threads 2] [--ct2-mkl auto|on|off] [--force] [--smoke]
+                                         [--threads 2] [--ct2-mkl auto|on|off] [--precision fp32|int8]
+                                         [--force] [--smoke]
 
 The decoding twin of ``make bench-peers``. Two models, each decoded by both engines:
 
@@ -26,6 +27,9 @@ The decoding twin of ``make bench-peers``. Two models, each decoded by both engi
 4. Prints every run (sentences/s, target tokens/s, CPU s), the medians over the pairs, how many of mt's
    mini outputs equal CTranslate2's, and last ``ratio <search> <model>: X.XX`` (mt sentences/s /
    CTranslate2 float32 sentences/s, medians). Raw rows go to ``--results`` (JSON lines).
+
+``--precision int8`` races int8 against int8 instead: mt's ``--precision int8`` (int8 weights, one scale a row;
+inputs quantised per call) against CTranslate2's ``compute_type="int8"``; the ratio lines then say ``int8``.
 
 The same search on both sides: batches of at most ``--max-sentences`` (64) sentences sorted by source
 length (mt's token budget is lifted so that only the sentence count cuts); beam ``--beam`` with the
@@ -55,6 +59,7 @@ from bench_peers import BUSY_PERCENT, busy_processes, git_commit, thread_env
 REPO = Path(__file__).resolve().parents[1]
 MINI_RUN, MINI_UPDATES = "bench_decode_mini", 1000
 SEARCHES = ("beam", "greedy")
+CT2_COMPUTE = {"fp32": "float32", "int8": "int8"}  # --precision: CTranslate2's matching compute type
 ENGINES = ("mt", "ct2")
 WARMUP_LINES = 8  # decoded once, untimed, by each worker before its timed searches
 CALIBRATION = 200  # lines of the mini model timed to choose CTranslate2's backend (--ct2-mkl auto)
@@ -81,7 +86,7 @@ def mt_worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     keep_freed_memory()  # as mt-translate
-    model, tokenizers, cfg = load_for_inference(spec["ckpt"], pack=True)
+    model, tokenizers, cfg = load_for_inference(spec["ckpt"], pack=True, precision=spec["precision"])
     lines = read_lines(Path(spec["input"]), spec["n"])
 
     def translator(search: str) -> Translator:
@@ -114,7 +119,7 @@ def ct2_worker(spec: dict) -> dict:
     joint = (model / "spm.model").exists()  # else src.model and tgt.model (mt.data.Tokenizers.save)
     source_sp = spm.SentencePieceProcessor(model_file=str(model / ("spm.model" if joint else "src.model")))
     target_sp = source_sp if joint else spm.SentencePieceProcessor(model_file=str(model / "tgt.model"))
-    translator = ctranslate2.Translator(str(model), device="cpu", compute_type="float32",
+    translator = ctranslate2.Translator(str(model), device="cpu", compute_type=CT2_COMPUTE[spec["precision"]],
                                         intra_threads=spec["threads"], inter_threads=1)
     lines = read_lines(Path(spec["input"]), spec["n"])
 
@@ -190,6 +195,7 @@ def model_specs(args: argparse.Namespace, mini: Path, base: Path) -> dict[str, d
         ct2_dir = args.work_dir / f"ct2-{name}"
         export_ctranslate2(ckpt, ct2_dir, None, force=True)  # every run: the directory may hold another model
         common = dict(ckpt=str(ckpt), model=str(ct2_dir), input=str(args.input), threads=args.threads,
+                      precision=args.precision,
                       beam=args.beam, max_sentences=args.max_sentences, max_positions=cfg.model.max_positions,
                       alpha=search_defaults(cfg).length_penalty)
         if name == "mini":
@@ -243,12 +249,15 @@ def run_line(pair: int, model: str, engine: str, search: str, fig: dict) -> str:
             f"(pieces {fig['pieces_min']}-{fig['pieces_max']}, mean {fig['pieces_mean']:.1f}{extra})")
 
 
-def ratio_lines(medians: dict[tuple[str, str, str], float], beam: int, models: list[str]) -> list[str]:
-    """``ratio beam<K> <model>: X.XX`` and ``ratio greedy <model>: X.XX``: mt / CTranslate2 sentences/s."""
+def ratio_lines(medians: dict[tuple[str, str, str], float], beam: int, models: list[str],
+                precision: str = "fp32") -> list[str]:
+    """``ratio beam<K> <model>: X.XX`` and ``ratio greedy <model>: X.XX``: mt / CTranslate2 sentences/s
+    (``ratio int8 beam<K> <model>`` ... for ``--precision int8``)."""
     lines = []
     for model in models:
         for search in SEARCHES:
             label = f"beam{beam}" if search == "beam" else "greedy"
+            label = label if precision == "fp32" else f"{precision} {label}"
             lines.append(f"ratio {label} {model}: {medians[model, 'mt', search] / medians[model, 'ct2', search]:.2f}")
     return lines
 
@@ -280,6 +289,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=REPO / "bench" / "decode-peers-results.jsonl")
     p.add_argument("--ct2-mkl", choices=("auto", "on", "off"), default="auto",
                    help="CTranslate2's Intel MKL backend (CT2_USE_MKL); auto: the faster on this machine")
+    p.add_argument("--precision", choices=tuple(CT2_COMPUTE), default="fp32",
+                   help="mt's --precision, raced against CTranslate2's matching compute type (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="start even if other processes are busy")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, 1 pair, no busy check (the test's)")
     args = p.parse_args()
@@ -309,8 +320,9 @@ def main() -> None:
     choose_ct2_backend(args, specs["mini"])
     session = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mt_commit": git_commit(),
                "threads": args.threads, "beam": args.beam, "max_sentences": args.max_sentences,
-               "ct2_mkl": args.ct2_mkl}
-    print(f"{args.pairs} pair(s), {args.threads} threads, beam {args.beam} (|Y|^alpha, fairseq's stop) and greedy, "
+               "ct2_mkl": args.ct2_mkl, "precision": args.precision}
+    print(f"{args.pairs} pair(s), {args.threads} threads, {args.precision} (CTranslate2 "
+          f"{CT2_COMPUTE[args.precision]}), beam {args.beam} (|Y|^alpha, fairseq's stop) and greedy, "
           f"batches of <= {args.max_sentences} sentences; mini: {specs['mini']['n']} lines, alpha "
           f"{specs['mini']['alpha']}; base ({args.base_model}, random): {specs['base']['n']} lines x "
           f"{args.base_pieces} pieces", flush=True)
@@ -347,7 +359,7 @@ def main() -> None:
         same, total = same_outputs(mini_runs, search)
         print(f"mini {search}: {same}/{total} of mt's outputs equal CTranslate2's")
     print()
-    print("\n".join(ratio_lines(medians, args.beam, list(specs))))
+    print("\n".join(ratio_lines(medians, args.beam, list(specs), args.precision)))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from torch import nn
 from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
 from mt.decode import Translator
-from mt.model import PackedLinear, bf16_supported, build_model, pack_linears_, packing_supported
+from mt.model import PackedLinear, bf16_supported, build_model, int8_supported, pack_linears_, packing_supported
 from mt.model.packed_linear import ONEDNN_CACHE_ENTRIES, padded_rows
 
 needs_onednn = pytest.mark.skipif(not packing_supported(), reason="this torch has no oneDNN packed linear")
@@ -110,9 +110,51 @@ def test_bf16_packed_model_translates_the_demo_test_set_close_to_float32(demo) -
     assert same >= 0.9 * len(plain)  # bf16 products move a few near ties, no more
 
 
+needs_int8 = pytest.mark.skipif(not (packing_supported() and int8_supported()), reason="no fbgemm int8 kernels")
+
+
+@needs_int8
+@pytest.mark.parametrize("shape", [(5, 48), (1, 48), (3, 7, 48), (2, 1, 48), (70, 48)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_int8_packed_linear_is_close_to_float32(shape: tuple[int, ...], bias: bool) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80, bias=bias).eval()
+    x = torch.randn(*shape)
+    expected = F.linear(x, linear.weight, linear.bias)
+    got = PackedLinear.from_linear(linear, torch.qint8)(x)
+    assert got.dtype == torch.float32 and got.shape == expected.shape
+    # int8 weights (a scale per row) and 7-bit inputs (a scale per call): about 1% of the output's range
+    assert (got - expected).abs().max() <= 0.02 * expected.abs().max()
+    assert linear.weight.dtype == torch.float32  # the parameter itself is untouched
+
+
+@needs_int8
+def test_int8_packed_model_translates_the_demo_test_set_close_to_float32(demo) -> None:
+    model, tokenizers, cfg = load_for_inference(demo.ckpt, pack=True, precision="int8")
+    assert not any(type(m) is nn.Linear for m in model.modules())
+    assert model.decoder.output_packed is not None and not isinstance(model.decoder.output_packed, torch.Tensor)
+    settings = dataclasses.replace(cfg.decode, strategy="greedy", beam_size=1, nbest=1)
+    texts = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions).translate(demo.sources)
+    plain = [text for text, _, _ in translations(demo.ckpt, demo.sources, "greedy", pack=False)]
+    same = sum(a == b for a, b in zip(texts, plain, strict=True))
+    assert same >= 0.8 * len(plain)  # int8 weights move near ties, not the model
+
+
+def test_int8_without_fbgemm_is_a_clear_error(monkeypatch) -> None:
+    import mt.model
+    from mt.cli.translate import check_precision
+    from mt.errors import UserError
+
+    monkeypatch.setattr(mt.model, "int8_supported", lambda: False)
+    with pytest.raises(UserError, match="--precision int8 needs torch's fbgemm int8 kernels"):
+        check_precision("int8", torch.device("cpu"))
+    with pytest.raises(UserError, match="--precision int8 is for decoding on a CPU"):
+        check_precision("int8", torch.device("meta"))
+
+
 def test_packing_refuses_other_dtypes() -> None:
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=1, d_model=16, d_ff=32, heads=2), 32, 32)
-    with pytest.raises(ValueError, match="float32 or bfloat16"):
+    with pytest.raises(ValueError, match="float32, bfloat16 or int8"):
         pack_linears_(model, torch.float16)
 
 

@@ -73,9 +73,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exp", default="demo", help="experiment name for the default checkpoint")
     parser.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (cuda if available)")
     parser.add_argument("--threads", type=ranged(int, 0), default=0, help="CPU threads for torch (0 = default)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                        help="products of the linear layers on a CPU: fp32, or bf16 (a CPU with bf16 instructions; "
-                             "norms, softmax and scores stay fp32)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32",
+                        help="products of the linear layers on a CPU: fp32, bf16 (a CPU with bf16 instructions) or "
+                             "int8 (int8 weights, inputs quantised per call); norms, softmax and scores stay fp32")
     add_debug_flag(parser)
 
 

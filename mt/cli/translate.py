@@ -69,15 +69,20 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]
 
 
 def check_precision(precision: str, device) -> None:
-    """``--precision bf16`` needs a CPU with bf16 instructions (UserError otherwise)."""
+    """``--precision bf16`` needs a CPU with bf16 instructions, ``int8`` torch's x86 int8 kernels (UserError
+    otherwise); both decode on a CPU only."""
     from mt.errors import UserError
-    from mt.model import bf16_supported
+    from mt.model import bf16_supported, int8_supported
 
-    if precision != "bf16":
+    if precision == "fp32":
         return
     if device.type != "cpu":
-        raise UserError(f"--precision bf16 is for decoding on a CPU, not {device}")
-    if not bf16_supported():
+        raise UserError(f"--precision {precision} is for decoding on a CPU, not {device}")
+    if precision == "int8" and not int8_supported():
+        raise UserError(
+            "--precision int8 needs torch's fbgemm int8 kernels (an x86 build of torch); use --precision fp32"
+        )
+    if precision == "bf16" and not bf16_supported():
         raise UserError(
             "--precision bf16 needs a CPU with bf16 instructions (AVX512-BF16 or AMX); use --precision fp32"
         )

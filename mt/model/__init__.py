@@ -8,7 +8,7 @@ from mt.model.embedding import LearnedPositions, SinusoidalPositions, Transforme
 from mt.model.encoder import Encoder
 from mt.model.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from mt.model.multihead import MultiHeadAttention
-from mt.model.packed_linear import PackedLinear, bf16_supported, pack_linears_, packing_supported
+from mt.model.packed_linear import PackedLinear, bf16_supported, int8_supported, pack_linears_, packing_supported
 from mt.model.rope import RotaryEmbedding
 from mt.model.seq2seq import Seq2SeqTransformer, build_model, modern_options
 
@@ -35,6 +35,7 @@ __all__ = [
     "TransformerEmbedding",
     "attention",
     "bf16_supported",
+    "int8_supported",
     "build_model",
     "causal_mask",
     "grouped_attention",

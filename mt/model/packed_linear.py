@@ -15,6 +15,11 @@ a ``PackedLinear`` runs ``F.linear``.
 each product takes its input in bfloat16 and gives float32 back, so everything between the linears
 (norms, softmax, residual sums, the search's log-probs) stays float32, as training's bf16 autocast.
 
+``pack_linears_(model, torch.qint8)`` quantises every weight to int8 instead (symmetric, one scale per output
+row) and packs it with its bias for fbgemm (torch's x86 int8 kernels): each product quantises its input to
+8 bits on the fly (one scale per call, ``quantized::linear_dynamic``) and gives float32 back; everything
+between the linears stays float32 as with bfloat16. Rows are not padded (fbgemm builds no kernel per row count).
+
 oneDNN builds a kernel for every input shape and keeps it in two caches (its primitive cache and ideep's,
 1,024 entries each by default), about 0.5 MB a shape here. A server meets every row count from 1 to a few
 thousand (its RSS grew from 427 to 1,252 MiB in a 10-minute soak), so a product runs its rows padded up to
@@ -29,6 +34,7 @@ bounded to ``ONEDNN_CACHE_ENTRIES`` each before the first packed product (``pack
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +43,11 @@ from torch import Tensor, nn
 from mt.kernel_cache import bound_kernel_caches
 
 ONEDNN_CACHE_ENTRIES = 256
+# int8 products quantise their input to 7 bits, as torch's own dynamic quantisation does on x86: without
+# VNNI, fbgemm's 8-bit x 8-bit products can saturate their 16-bit sums
+INT8_REDUCE_RANGE = True
+
+Packed = Tensor | torch.ScriptObject  # a oneDNN float32/bfloat16 weight, or fbgemm's int8 weight and bias
 
 
 @functools.cache
@@ -55,14 +66,40 @@ def packing_supported() -> bool:
     return torch.allclose(got, F.linear(x, w), atol=1e-5)
 
 
+def int8_supported() -> bool:
+    """This torch has fbgemm's dynamically quantised linear (its x86 builds) and the quantised tensors that
+    pack it (deprecated since torch 2.13; a torch without them says no here, and ``--precision int8`` then
+    says why)."""
+    return (
+        "fbgemm" in torch.backends.quantized.supported_engines
+        and hasattr(torch.ops.quantized, "linear_dynamic")
+        and hasattr(torch, "quantize_per_channel")
+    )
+
+
 def bf16_supported() -> bool:
     """This CPU has bfloat16 instructions oneDNN uses (AVX512-BF16 or AMX)."""
     return packing_supported() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def pack_weight(weight: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
-    """A (out, in) float32 CPU weight, as ``dtype``, reordered into oneDNN's layout (an opaque mkldnn tensor)."""
+def pack_weight(weight: Tensor, dtype: torch.dtype = torch.float32) -> Packed:
+    """A (out, in) float32 CPU weight, as ``dtype``, reordered into oneDNN's layout (an opaque mkldnn tensor);
+    for ``torch.qint8``, quantised and packed for fbgemm without a bias (``pack_int8``)."""
+    if dtype == torch.qint8:
+        return pack_int8(weight, None)
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype))
+
+
+def pack_int8(weight: Tensor, bias: Tensor | None) -> torch.ScriptObject:
+    """``weight`` (out, in) quantised to int8 with one symmetric scale per output row (max |w| / 127) and
+    packed, with the float32 ``bias`` (out,) if any, for ``quantized::linear_dynamic``."""
+    w = weight.detach().float()
+    scales = (w.abs().amax(dim=1) / 127).clamp_min(torch.finfo(torch.float32).tiny).double()  # (out,)
+    zero_points = torch.zeros(w.size(0), dtype=torch.long)
+    with warnings.catch_warnings():  # torch 2.13 warns that quantised tensors are deprecated, on every call
+        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated")
+        qweight = torch.quantize_per_channel(w, scales, zero_points, 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.detach().float())
 
 
 def padded_rows(rows: int) -> int:
@@ -81,10 +118,13 @@ def packed_product(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "").float()
 
 
-def packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
+def packed_linear(x: Tensor, packed: Packed, bias: Tensor | None) -> Tensor:
     """``F.linear(x, W, bias)`` with ``packed = pack_weight(W, dtype)``: float32 x (..., in) -> float32
     (..., out); for a bfloat16 ``packed`` (and ``bias``) the product runs in bfloat16. The rows run padded
-    with zeros to ``padded_rows`` (each output row depends on its own input row only)."""
+    with zeros to ``padded_rows`` (each output row depends on its own input row only). An int8 ``packed``
+    (``pack_int8``) holds its bias: ``bias`` is None then, and x is quantised per call, rows unpadded."""
+    if not isinstance(packed, Tensor):
+        return torch.ops.quantized.linear_dynamic(x, packed, reduce_range=INT8_REDUCE_RANGE)
     features = x.size(-1)
     rows = x.numel() // features if features else 0
     padding = padded_rows(rows) - rows
@@ -97,7 +137,7 @@ def packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
 class PackedLinear(nn.Linear):
     """An ``nn.Linear`` that, in eval mode on float32 input, multiplies by its packed weight."""
 
-    packed: Tensor
+    packed: Packed
     packed_bias: Tensor | None
 
     @classmethod
@@ -106,8 +146,11 @@ class PackedLinear(nn.Linear):
         linear.__class__ = cls
         assert isinstance(linear, PackedLinear)
         # plain attributes, not in the state dict
-        linear.packed = pack_weight(linear.weight, dtype)
-        linear.packed_bias = None if linear.bias is None else linear.bias.detach().to(dtype)
+        if dtype == torch.qint8:
+            linear.packed, linear.packed_bias = pack_int8(linear.weight, linear.bias), None
+        else:
+            linear.packed = pack_weight(linear.weight, dtype)
+            linear.packed_bias = None if linear.bias is None else linear.bias.detach().to(dtype)
         return linear
 
     def forward(self, x: Tensor) -> Tensor:
@@ -123,16 +166,19 @@ def can_pack(model: nn.Module) -> bool:
 
 
 def pack_linears_(model: nn.Module, dtype: torch.dtype = torch.float32) -> int:
-    """In place: every ``nn.Linear`` becomes a ``PackedLinear`` (weights packed as ``dtype``: float32 or
-    bfloat16) and a decoder with an ``output_weight`` gets a packed output projection; eval mode. Returns
-    how many weights were packed (0 when ``can_pack`` says no: the model is left as it was, still correct).
-    bfloat16 needs ``bf16_supported()`` (ValueError otherwise)."""
-    if dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"linears are packed as float32 or bfloat16, not {dtype}")
+    """In place: every ``nn.Linear`` becomes a ``PackedLinear`` (weights packed as ``dtype``: float32,
+    bfloat16 or int8 (``torch.qint8``)) and a decoder with an ``output_weight`` gets a packed output
+    projection; eval mode. Returns how many weights were packed (0 when ``can_pack`` says no: the model is
+    left as it was, still correct). bfloat16 needs ``bf16_supported()``, int8 ``int8_supported()``
+    (ValueError otherwise)."""
+    if dtype not in (torch.float32, torch.bfloat16, torch.qint8):
+        raise ValueError(f"linears are packed as float32, bfloat16 or int8, not {dtype}")
     if not can_pack(model):
         return 0
     if dtype == torch.bfloat16 and not bf16_supported():
         raise ValueError("bfloat16 linears need a CPU with bf16 instructions (AVX512-BF16 or AMX)")
+    if dtype == torch.qint8 and not int8_supported():
+        raise ValueError("int8 linears need torch's fbgemm kernels (an x86 CPU build of torch)")
     model.eval()
     count = 0
     for module in model.modules():

@@ -18,8 +18,8 @@ each product takes its input in bfloat16 and gives float32 back, so everything b
 ``pack_linears_(model, torch.qint8)`` quantises every weight to int8 instead (symmetric, one scale per output
 row) and packs it with its bias for fbgemm (torch's x86 int8 kernels): each product quantises its input to
 7 bits on the fly (one scale per call, ``quantized::linear_dynamic``; ``INT8_REDUCE_RANGE``) and gives
-float32 back; everything between the linears stays float32 as with bfloat16. Rows are not padded (fbgemm
-builds no kernel per row count).
+float32 back; everything between the linears stays float32 as with bfloat16. Rows are not padded (the
+padding below bounds oneDNN's kernel caches, which fbgemm does not use).
 
 oneDNN builds a kernel for every input shape and keeps it in two caches (its primitive cache and ideep's,
 1,024 entries each by default), about 0.5 MB a shape here. A server meets every row count from 1 to a few

@@ -133,9 +133,9 @@ def topk_rows(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
 def argmax_rows(scores: Tensor) -> Tensor:
     """``scores.argmax(dim=1)`` of scores (N, V) -> (N,): the first of equal maxima (NaN counts as largest).
 
-    Bit for bit ``argmax``'s answer, and faster over a whole vocabulary (a (64, 8000) float32 tensor, 2 threads:
-    368 us for torch 2.13's CPU ``argmax``, 87 us for this): the first chunk of C ids whose maximum is the
-    row's maximum holds the row's first maximum, which is the first maximum of that chunk.
+    Bit for bit ``argmax``'s answer, and faster over a whole vocabulary (a (64, 8000) float32 tensor, 2 threads,
+    5 alternated rounds: 404 us for torch 2.13's CPU ``argmax``, 122 us for this): the first chunk of C ids
+    whose maximum is the row's maximum holds the row's first maximum, which is the first maximum of that chunk.
     """
     n, vocab = scores.shape
     chunk = next((c for c in (64, 32, 16) if vocab % c == 0 and vocab // c > 1), 0)

@@ -111,6 +111,12 @@ def log_probs(logits: Tensor, vocab_size: int | None = None) -> Tensor:
     return ban_(F.log_softmax(logits[:, -1, :].float(), dim=-1), vocab_size)  # (N, V)
 
 
+def chunk_size(vocab: int, k: int) -> int:
+    """The chunk of ids ``topk_rows`` and ``argmax_rows`` cut a row into: 64, 32 or 16, dividing ``vocab``
+    into more than ``k`` chunks; 0 when none does (they then take the whole row)."""
+    return next((c for c in (64, 32, 16) if vocab % c == 0 and vocab // c > k), 0)
+
+
 def topk_rows(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The ``k`` largest entries of each row of ``scores`` (N, V), best first: (values, ids), each (N, k).
 
@@ -120,7 +126,7 @@ def topk_rows(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     top k is taken among their k * C entries. Ties may be broken differently from ``topk``.
     """
     n, vocab = scores.shape
-    chunk = next((c for c in (64, 32, 16) if vocab % c == 0 and vocab // c > k), 0)
+    chunk = chunk_size(vocab, k)
     if not chunk:
         return scores.topk(k, dim=1)
     chunks = scores.view(n, vocab // chunk, chunk)  # (N, V/C, C)
@@ -138,7 +144,7 @@ def argmax_rows(scores: Tensor) -> Tensor:
     whose maximum is the row's maximum holds the row's first maximum, which is the first maximum of that chunk.
     """
     n, vocab = scores.shape
-    chunk = next((c for c in (64, 32, 16) if vocab % c == 0 and vocab // c > 1), 0)
+    chunk = chunk_size(vocab, 1)
     if not chunk or n == 0:
         return scores.argmax(dim=1)
     chunks = scores.view(n, vocab // chunk, chunk)  # (N, V/C, C)

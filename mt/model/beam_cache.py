@@ -27,7 +27,15 @@ import torch
 from torch import Tensor
 
 from mt.model.attention import causal_mask
-from mt.model.cache import DecoderCache, EncoderOut, LayerStep, check_index, is_identity, ragged_mask
+from mt.model.cache import (
+    DecoderCache,
+    EncoderOut,
+    LayerStep,
+    additive_mask,
+    check_index,
+    is_identity,
+    ragged_mask,
+)
 
 
 class BeamCache:
@@ -107,8 +115,7 @@ class BeamCache:
         """``seen`` (rows, L*g) as ``_slot_mask`` builds it, from the slot table, in the last call's dtype."""
         assert self.slots is not None and self.beams is not None
         allowed = self.slots.unsqueeze(-1) == torch.arange(self.beams, device=self.slots.device)  # (rows, L, g)
-        seen = torch.zeros(allowed.shape, dtype=self.dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
-        return seen.flatten(1)
+        return additive_mask(~allowed, self.dtype).flatten(1)
 
     def _ragged_slot_mask(self, at: Tensor, extent: int, dtype: torch.dtype) -> Tensor | None:
         """``_slot_mask`` once sentences joined: each row's new key goes to its own slot at its
@@ -149,7 +156,7 @@ class BeamCache:
         allowed = allowed.unsqueeze(1)  # (rows, 1, L, g)
         if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
             allowed = allowed & causal_mask(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+        mask = additive_mask(~allowed, dtype)
         self.seen = mask[:, -1].reshape(rows, length * g)  # the last step's row: what the next step extends
         return mask.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
 
@@ -159,7 +166,7 @@ class BeamCache:
             g = self.beams
             assert g is not None
             own = (torch.arange(rows, device=device) % g).unsqueeze(1) == torch.arange(g, device=device)
-            self._own = torch.zeros(own.shape, dtype=dtype, device=device).masked_fill_(~own, float("-inf"))
+            self._own = additive_mask(~own, dtype)
         return self._own
 
     def reorder(self, index: Tensor) -> BeamCache:

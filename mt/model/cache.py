@@ -291,8 +291,7 @@ class DecoderCache:
         Additive, so attention does not convert a bool mask in every layer at every step."""
         assert self.src_pad_mask is not None, "the first decode call sets the source pad mask"
         if self._source_bias is None or self._source_bias.dtype != dtype:
-            bias = torch.zeros(self.src_pad_mask.shape, dtype=dtype, device=self.src_pad_mask.device)
-            self._source_bias = bias.masked_fill_(self.src_pad_mask, float("-inf"))[:, None, None, :]
+            self._source_bias = additive_mask(self.src_pad_mask, dtype)[:, None, None, :]
         return self._source_bias
 
     def reorder(self, index: Tensor) -> DecoderCache:
@@ -350,10 +349,14 @@ def select_rows_(store: Tensor, index: Tensor, steps: int | None = None) -> Tens
     return store[:n]
 
 
+def additive_mask(blocked: Tensor, dtype: torch.dtype) -> Tensor:
+    """A bool mask as attention's additive one, in ``dtype``: 0 where allowed, -inf where ``blocked``."""
+    return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill_(blocked, float("-inf"))
+
+
 def ragged_mask(at: Tensor, extent: int, dtype: torch.dtype) -> Tensor:
     """(rows, extent) additive: row r sees steps ``0 .. at[r]`` (its own), -inf past them."""
-    later = torch.arange(extent, device=at.device) > at.unsqueeze(1)  # (rows, L)
-    return torch.zeros(later.shape, dtype=dtype, device=at.device).masked_fill_(later, float("-inf"))
+    return additive_mask(torch.arange(extent, device=at.device) > at.unsqueeze(1), dtype)  # (rows, L)
 
 
 def pad_steps(t: Tensor, width: int, dim: int) -> Tensor:

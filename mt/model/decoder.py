@@ -33,7 +33,7 @@ class Decoder(nn.Module):
         # cached decoding in eval mode runs ``DecoderLayer.step`` (the same ops, fewer Python calls);
         # False runs the modules' ``forward`` instead (the plain path the tests compare it with)
         self.fast_steps = True
-        self.output_packed: Packed | None = None  # ``pack_output``: the projection packed for oneDNN
+        self.output_packed: Packed | None = None  # ``pack_output``: the projection packed for inference
 
     def pack_output(self, dtype: torch.dtype = torch.float32) -> None:
         """Pack the output projection as ``dtype`` for CPU inference (``mt.model.packed_linear``); eval mode only."""

@@ -227,7 +227,7 @@ def run_worker(engine: str, spec: dict, args: argparse.Namespace) -> dict:
 def choose_ct2_backend(args: argparse.Namespace, spec: dict) -> None:
     """``--ct2-mkl auto``: time CTranslate2 with Intel MKL and with its own backend (oneDNN) on ``CALIBRATION``
     lines of the mini model, one fresh process each, and race the faster one: on an Intel Xeon with
-    AVX-512, MKL on 2 threads kept one core busy and took 3.05 s against oneDNN's 0.83 s. CTranslate2 uses
+    AVX-512, MKL on 2 threads kept one core busy and took 3.04 s against oneDNN's 0.66 s. CTranslate2 uses
     MKL by default on Intel CPUs only."""
     if args.ct2_mkl != "auto":
         return

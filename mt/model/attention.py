@@ -105,7 +105,9 @@ def _attention_by_matmuls(
     if k.size(-3) != q.size(-3):  # grouped-query attention: each K/V head repeated for its query heads
         group = q.size(-3) // k.size(-3)
         k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-    scores = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32))  # (B, H, T, S)
+    scores = q @ k.transpose(-2, -1)  # (B, H, T, S)
+    if scores.dtype != (wide := torch.promote_types(q.dtype, torch.float32)):
+        scores = scores.to(wide)
     scores = scores.mul_(1.0 / math.sqrt(q.size(-1)))
     if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min)
@@ -114,7 +116,8 @@ def _attention_by_matmuls(
     weights = torch.softmax(scores, dim=-1)
     if mask is not None and mask.dtype == torch.bool:
         weights = weights.masked_fill(~mask, 0.0)  # exact zeros; a fully masked row gets all zeros
-    out = dropout(weights, dropout_p, training=dropout_p > 0).to(v.dtype) @ v  # (B, H, T, Dh)
+    dropped = dropout(weights, dropout_p, training=True) if dropout_p > 0 else weights
+    out = (dropped if dropped.dtype == v.dtype else dropped.to(v.dtype)) @ v  # (B, H, T, Dh)
     return out, weights if need_weights else None
 
 

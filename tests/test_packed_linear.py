@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from export_helpers import demo_model
 from torch import nn
 
+import mt.model.packed_linear as packed_linear_module
 from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
 from mt.decode import Translator
@@ -51,11 +52,21 @@ def test_packing_keeps_the_state_dict_and_the_logits() -> None:
     pad = torch.zeros_like(src, dtype=torch.bool)
     expected = model(src, pad, tgt)
     linears = sum(type(m) is nn.Linear for m in model.modules())
-    assert pack_linears_(model) == linears + 1  # and the tied output projection
+    assert pack_linears_(model, keep_small=False) == linears + 1  # and the tied output projection
     assert not any(type(m) is nn.Linear for m in model.modules())
     after = model.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
     torch.testing.assert_close(model(src, pad, tgt), expected, rtol=1e-4, atol=1e-4)
+
+
+@needs_onednn
+def test_small_float32_weights_stay_on_f_linear_where_asked() -> None:
+    model = nn.Sequential(nn.Linear(128, 384), nn.Linear(512, 512)).eval()  # at and above MKL_MAX_ENTRIES
+    assert pack_linears_(model, keep_small=True) == 1
+    assert type(model[0]) is nn.Linear and type(model[1]) is PackedLinear
+    model = nn.Sequential(nn.Linear(128, 384)).eval()
+    if bf16_supported():  # bfloat16 products need the packed path: every weight is packed
+        assert pack_linears_(model, torch.bfloat16, keep_small=True) == 1
 
 
 def test_a_model_off_the_cpu_or_not_in_float32_is_left_unpacked() -> None:
@@ -78,7 +89,8 @@ def translations(ckpt, lines: list[str], strategy: str, pack: bool) -> list[tupl
 
 @needs_onednn
 @pytest.mark.parametrize("strategy", ["beam", "greedy"])
-def test_packed_model_translates_the_demo_test_set_like_the_plain_one(demo, strategy: str) -> None:
+def test_packed_model_translates_the_demo_test_set_like_the_plain_one(demo, strategy: str, monkeypatch) -> None:
+    monkeypatch.setattr(packed_linear_module, "small_weights_on_mkl", lambda: False)  # every weight packed
     packed = translations(demo.ckpt, demo.sources, strategy, pack=True)
     plain = translations(demo.ckpt, demo.sources, strategy, pack=False)
     assert [(text, tokens) for text, tokens, _ in packed] == [(text, tokens) for text, tokens, _ in plain]
@@ -191,7 +203,7 @@ def rss_mib():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
 model = nn.Sequential(nn.Linear(128, 384)).eval()
-pack_linears_(model)
+pack_linears_(model, keep_small=False)
 product = model if sys.argv[1] == "padded" else lambda x: packed_product(x, model[0].packed, model[0].packed_bias)
 with torch.inference_mode():
     model(torch.randn(3, 128))

@@ -80,9 +80,6 @@ class KVBuffer:
             self.keys = self._grown(self.keys, k, needed, slots)
             self.values = self._grown(self.values, v, needed, slots)
         for store, new in ((self.keys, k), (self.values, v)):
-            if slots == 1:  # (rows, H, T, Dh): one op fewer a tensor at every step of greedy search
-                store[:, :, self.length : needed, 0] = new
-                continue
             # (rows*slots, H, T, Dh) -> (rows, slots, H, T, Dh) -> (rows, H, T, slots, Dh)
             grouped = new.view(n // slots, slots, heads, steps, head_dim)
             store[:, :, self.length : needed] = grouped.permute(0, 2, 3, 1, 4)

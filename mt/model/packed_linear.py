@@ -200,12 +200,10 @@ def pack_linears_(model: nn.Module, dtype: torch.dtype = torch.float32, *, keep_
     if dtype == torch.qint8 and not int8_supported():
         raise ValueError("int8 linears need torch's fbgemm kernels (an x86 CPU build of torch)")
     model.eval()
-    if keep_small is None:
-        keep_small = small_weights_on_mkl()
-    smallest = MKL_MAX_ENTRIES + 1 if keep_small and dtype == torch.float32 else 0
+    keep_small = (small_weights_on_mkl() if keep_small is None else keep_small) and dtype == torch.float32
     count = 0
     for module in model.modules():
-        if type(module) is nn.Linear and module.weight.numel() >= smallest:
+        if type(module) is nn.Linear and not (keep_small and module.weight.numel() <= MKL_MAX_ENTRIES):
             PackedLinear.from_linear(module, dtype)
             count += 1
     decoder = getattr(model, "decoder", None)

@@ -1,7 +1,8 @@
 """``make bench-decode-peers``: decoding speed of mt and CTranslate2 side by side, on the same checkpoints.
 
     python scripts/bench_decode_peers.py [--ckpt-mini PATH] [--pairs 3] [--n 1000] [--n-base 128]
-                                         [--threads 2] [--ct2-mkl auto|on|off] [--precision fp32|int8]
+                                         [--threads 2] [--ct2-mkl auto|on|off] [--ct2-inter 1]
+                                         [--precision fp32|int8]
                                          [--force] [--smoke]
 
 The decoding twin of ``make bench-peers``. Two models, each decoded by both engines:
@@ -21,12 +22,18 @@ The decoding twin of ``make bench-peers``. Two models, each decoded by both engi
    chooses CTranslate2's CPU backend: Intel MKL or its own (``--ct2-mkl``, ``choose_ct2_backend``).
 3. For each of ``--pairs`` pairs and each model: mt, then CTranslate2, each in its own fresh process
    (CTranslate2's never imports torch; it checks), ``--threads`` threads (``torch.set_num_threads`` /
-   ``intra_threads``, ``inter_threads=1``, ``OMP_NUM_THREADS``). Each process decodes the first 8 lines once
-   untimed, then beam ``--beam`` and greedy, timed from text in to text out (SentencePiece encode, batching,
-   search, decode) with the wall clock and the CPU clock (``time.process_time``: all threads).
+   ``intra_threads``, ``inter_threads=1`` unless ``--ct2-inter``, ``OMP_NUM_THREADS``). Each process decodes
+   the first 8 lines once untimed, then beam ``--beam`` and greedy, timed from text in to text out
+   (SentencePiece encode, batching, search, decode) with the wall clock and the CPU clock
+   (``time.process_time``: all threads).
 4. Prints every run (sentences/s, target tokens/s, CPU s), the medians over the pairs, how many of mt's
    mini outputs equal CTranslate2's, and last ``ratio <search> <model>: X.XX`` (mt sentences/s /
    CTranslate2 float32 sentences/s, medians). Raw rows go to ``--results`` (JSON lines).
+
+``--ct2-inter N`` lets CTranslate2 decode N batches at a time, each on ``--threads / N`` threads
+(``inter_threads=N``, ``intra_threads=threads/N``): on a small model its faster way to use the cores. mt has no
+such mode (two Python threads decoding two batches contend for the interpreter lock), so the default race
+runs both engines one batch at a time on every thread.
 
 ``--precision int8`` races int8 against int8 instead: mt's ``--precision int8`` (int8 weights, one scale a row;
 inputs quantised per call) against CTranslate2's ``compute_type="int8"``; the ratio lines then say ``int8``.
@@ -120,7 +127,8 @@ def ct2_worker(spec: dict) -> dict:
     source_sp = spm.SentencePieceProcessor(model_file=str(model / ("spm.model" if joint else "src.model")))
     target_sp = source_sp if joint else spm.SentencePieceProcessor(model_file=str(model / "tgt.model"))
     translator = ctranslate2.Translator(str(model), device="cpu", compute_type=CT2_COMPUTE[spec["precision"]],
-                                        intra_threads=spec["threads"], inter_threads=1)
+                                        intra_threads=max(1, spec["threads"] // spec["ct2_inter"]),
+                                        inter_threads=spec["ct2_inter"])
     lines = read_lines(Path(spec["input"]), spec["n"])
 
     def translate(texts: list[str], beam: int) -> tuple[list[list[str]], list[int]]:
@@ -195,6 +203,7 @@ def model_specs(args: argparse.Namespace, mini: Path, base: Path) -> dict[str, d
         ct2_dir = args.work_dir / f"ct2-{name}"
         export_ctranslate2(ckpt, ct2_dir, None, force=True)  # every run: the directory may hold another model
         common = dict(ckpt=str(ckpt), model=str(ct2_dir), input=str(args.input), threads=args.threads,
+                      ct2_inter=args.ct2_inter,
                       precision=args.precision,
                       beam=args.beam, max_sentences=args.max_sentences, max_positions=cfg.model.max_positions,
                       alpha=search_defaults(cfg).length_penalty)
@@ -289,6 +298,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=REPO / "bench" / "decode-peers-results.jsonl")
     p.add_argument("--ct2-mkl", choices=("auto", "on", "off"), default="auto",
                    help="CTranslate2's Intel MKL backend (CT2_USE_MKL); auto: the faster on this machine")
+    p.add_argument("--ct2-inter", type=int, default=1,
+                   help="batches CTranslate2 decodes at a time, each on threads/N threads (default: %(default)s)")
     p.add_argument("--precision", choices=tuple(CT2_COMPUTE), default="fp32",
                    help="mt's --precision, raced against CTranslate2's matching compute type (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="start even if other processes are busy")
@@ -302,6 +313,8 @@ def parse_args() -> argparse.Namespace:
                                    "model.decoder_layers=1", *args.base_overrides]
     if args.pairs < 1 or args.n < 1 or args.n_base < 1 or args.base_pieces < 1:
         p.error("--pairs, --n, --n-base and --base-pieces must be at least 1")
+    if not 1 <= args.ct2_inter <= args.threads:
+        p.error(f"--ct2-inter must be between 1 and --threads ({args.threads}), got {args.ct2_inter}")
     args.input = args.input or args.data_dir / "test_2016_flickr.en.gz"
     return args
 
@@ -320,9 +333,10 @@ def main() -> None:
     choose_ct2_backend(args, specs["mini"])
     session = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mt_commit": git_commit(),
                "threads": args.threads, "beam": args.beam, "max_sentences": args.max_sentences,
-               "ct2_mkl": args.ct2_mkl, "precision": args.precision}
+               "ct2_mkl": args.ct2_mkl, "ct2_inter": args.ct2_inter, "precision": args.precision}
+    inter = f", {args.ct2_inter} batches at a time" if args.ct2_inter > 1 else ""
     print(f"{args.pairs} pair(s), {args.threads} threads, {args.precision} (CTranslate2 "
-          f"{CT2_COMPUTE[args.precision]}), beam {args.beam} (|Y|^alpha, fairseq's stop) and greedy, "
+          f"{CT2_COMPUTE[args.precision]}{inter}), beam {args.beam} (|Y|^alpha, fairseq's stop) and greedy, "
           f"batches of <= {args.max_sentences} sentences; mini: {specs['mini']['n']} lines, alpha "
           f"{specs['mini']['alpha']}; base ({args.base_model}, random): {specs['base']['n']} lines x "
           f"{args.base_pieces} pieces", flush=True)

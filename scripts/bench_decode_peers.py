@@ -127,7 +127,7 @@ def ct2_worker(spec: dict) -> dict:
     source_sp = spm.SentencePieceProcessor(model_file=str(model / ("spm.model" if joint else "src.model")))
     target_sp = source_sp if joint else spm.SentencePieceProcessor(model_file=str(model / "tgt.model"))
     translator = ctranslate2.Translator(str(model), device="cpu", compute_type=CT2_COMPUTE[spec["precision"]],
-                                        intra_threads=max(1, spec["threads"] // spec["ct2_inter"]),
+                                        intra_threads=spec["threads"] // spec["ct2_inter"],  # >= 1: parse_args
                                         inter_threads=spec["ct2_inter"])
     lines = read_lines(Path(spec["input"]), spec["n"])
 

@@ -8,7 +8,7 @@ from test_model_seq2seq import VOCAB, decode_steps, random_batch, tiny_model
 
 from mt.model import BeamCache, EncoderOut, Seq2SeqTransformer
 from mt.model.attention import attention, grouped_attention
-from mt.model.cache import select_rows_
+from mt.model.cache import RowMoves, row_moves, select_rows_
 
 
 def copies(enc: EncoderOut, beams: int) -> EncoderOut:
@@ -161,3 +161,19 @@ def test_select_rows_equals_index_select() -> None:
         expected = buffer.index_select(0, torch.tensor(index))
         taken = select_rows_(buffer, torch.tensor(index), steps=2)  # only the first 2 steps are valid
         assert torch.equal(taken[:, :, :2], expected[:, :, :2])
+
+
+def test_row_moves_made_once_serve_every_buffer() -> None:
+    """A cache computes the moved rows once per reorder and hands them to each of its buffers."""
+    index = torch.tensor([0, 4, 2, 3])  # row 4 takes row 1's place (a finished sentence left)
+    moves = row_moves(index, 5)
+    assert isinstance(moves, RowMoves)
+    assert moves.to.tolist() == [1] and moves.source.tolist() == [4]
+    keys, cross = torch.arange(5 * 2 * 3).view(5, 2, 3).float(), torch.arange(5 * 7).view(5, 7).float()
+    expected_keys, expected_cross = keys.index_select(0, index), cross.index_select(0, index)
+    assert torch.equal(select_rows_(keys, index, 3, moves), expected_keys)
+    assert torch.equal(select_rows_(cross, index, None, moves), expected_cross)
+    assert row_moves(torch.tensor([4, 3, 2, 1, 0]), 5) is None  # most rows move: index_select instead
+    assert row_moves(torch.tensor([0, 0, 1, 1, 2, 2]), 5) is None  # more rows than held
+    store = torch.arange(5 * 3).view(5, 3).float()
+    assert torch.equal(select_rows_(store, torch.tensor([4, 3, 2, 1, 0]), None, None), store.flip(0))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -132,11 +132,11 @@ class KVBuffer:
             grown[:, :, : self.length] = store[:, :, : self.length]
         return grown
 
-    def select_rows_(self, index: Tensor) -> None:
-        """Keep buffer rows ``index``, moving as few rows as possible (``select_rows_``)."""
+    def select_rows_(self, index: Tensor, moves: Moves = True) -> None:
+        """Keep buffer rows ``index``, moving as few rows as possible (``select_rows_``, ``moves`` as there)."""
         if self.keys is not None and self.values is not None:
-            self.keys = select_rows_(self.keys, index, self.length)
-            self.values = select_rows_(self.values, index, self.length)
+            self.keys = select_rows_(self.keys, index, self.length, moves)
+            self.values = select_rows_(self.values, index, self.length, moves)
 
     def widen(self, slots: int) -> None:
         """Make room for ``slots`` slots per row (more than now); stored slots keep their numbers."""
@@ -159,10 +159,12 @@ class LayerKV:
     cross_k: Tensor | None = None  # (rows, H, S, Dh), filled on the first call
     cross_v: Tensor | None = None
 
-    def select_rows_(self, index: Tensor) -> None:
-        self.self_attn.select_rows_(index)
+    def select_rows_(self, index: Tensor, moves: Moves = True) -> None:
+        """Keep rows ``index`` of every buffer (``select_rows_``, ``moves`` as there)."""
+        self.self_attn.select_rows_(index, moves)
         if self.cross_k is not None and self.cross_v is not None:
-            self.cross_k, self.cross_v = select_rows_(self.cross_k, index), select_rows_(self.cross_v, index)
+            self.cross_k = select_rows_(self.cross_k, index, None, moves)
+            self.cross_v = select_rows_(self.cross_v, index, None, moves)
 
     def add_rows(self, cross_k: Tensor, cross_v: Tensor) -> None:
         """Append rows for new sentences: their source keys and values (n, Hkv, S', Dh), padded to a
@@ -308,8 +310,9 @@ class DecoderCache:
             longest = int(self.row_lengths.max()) if index.numel() else 0
             for layer in self.layers:
                 layer.self_attn.length = min(layer.self_attn.length, longest)
+        moves = row_moves(index, self.rows) if self.rows is not None else None  # once for every buffer
         for layer in self.layers:
-            layer.select_rows_(index)
+            layer.select_rows_(index, moves)
         if self.src_pad_mask is not None:
             self.src_pad_mask = self.src_pad_mask.index_select(0, index)
             self._source_bias = None
@@ -327,26 +330,46 @@ def is_identity(index: Tensor, rows: int) -> bool:
     return index.numel() == rows and torch.equal(index, torch.arange(rows, device=index.device))
 
 
-def select_rows_(store: Tensor, index: Tensor, steps: int | None = None) -> Tensor:
+class RowMoves(NamedTuple):
+    """The rows a reorder moves: positions ``to`` (m,) of the new batch take old rows ``source`` (m,)."""
+
+    to: Tensor
+    source: Tensor
+
+
+def row_moves(index: Tensor, rows: int) -> RowMoves | None:
+    """The rows ``index`` (N',) moves in a batch of ``rows`` rows, when they are few (at most half):
+    ``select_rows_`` then copies only those. None: ``index_select`` instead. A cache makes it once per
+    reorder for all its buffers."""
+    n = index.numel()
+    if n > rows:
+        return None
+    to = (index != torch.arange(n, device=index.device)).nonzero().squeeze(1)  # (m,)
+    return None if 2 * to.numel() > n else RowMoves(to, index[to])
+
+
+Moves = RowMoves | None | bool  # ``select_rows_``'s ``moves``: made already (or None), or True: make them
+
+
+def select_rows_(store: Tensor, index: Tensor, steps: int | None = None, moves: Moves = True) -> Tensor:
     """``store.index_select(0, index)``, but overwriting ``store`` in place when few rows move.
 
     When finished sentences leave a batch and the last ones move into their places
     (``mt.decode.common.fill_from_the_end``), ``index`` is ``0 .. N'-1`` but for a few entries: only
     those rows are copied, into ``store`` itself, and the result is the view ``store[:N']``; with
     ``steps``, only the first ``steps`` entries of dim 2 (the valid steps of a ``KVBuffer``) are copied.
+    ``moves``: ``row_moves(index, store.size(0))`` if the caller made it (True: made here).
     ``store`` must not be used after this call except through the result. (Not under autograd:
     in-place writes into tensors that may be views of a graph's outputs are not allowed.)
     """
-    n = index.numel()
-    if store.requires_grad or n > store.size(0):
+    if moves is True:
+        moves = row_moves(index, store.size(0))
+    if store.requires_grad or not isinstance(moves, RowMoves):
         return store.index_select(0, index)
-    moved = (index != torch.arange(n, device=index.device)).nonzero().squeeze(1)  # (m,)
-    if 2 * moved.numel() > n:
-        return store.index_select(0, index)
-    if moved.numel():
+    if moves.to.numel():
         valid = store if steps is None else store[:, :, :steps]
-        valid[moved] = valid.index_select(0, index[moved])  # sources are read before any row is written
-    return store[:n]
+        valid[moves.to] = valid.index_select(0, moves.source)  # sources are read before any row is written
+    return store[: index.numel()]
 
 
 def additive_mask(blocked: Tensor, dtype: torch.dtype) -> Tensor:

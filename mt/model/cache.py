@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -132,8 +132,8 @@ class KVBuffer:
             grown[:, :, : self.length] = store[:, :, : self.length]
         return grown
 
-    def select_rows_(self, index: Tensor, moves: Moves = True) -> None:
-        """Keep buffer rows ``index``, moving as few rows as possible (``select_rows_``, ``moves`` as there)."""
+    def select_rows_(self, index: Tensor, moves: RowMoves | None) -> None:
+        """Keep buffer rows ``index``, moving only ``moves`` when given (``select_rows_``)."""
         if self.keys is not None and self.values is not None:
             self.keys = select_rows_(self.keys, index, self.length, moves)
             self.values = select_rows_(self.values, index, self.length, moves)
@@ -159,8 +159,8 @@ class LayerKV:
     cross_k: Tensor | None = None  # (rows, H, S, Dh), filled on the first call
     cross_v: Tensor | None = None
 
-    def select_rows_(self, index: Tensor, moves: Moves = True) -> None:
-        """Keep rows ``index`` of every buffer (``select_rows_``, ``moves`` as there)."""
+    def select_rows_(self, index: Tensor, moves: RowMoves | None) -> None:
+        """Keep rows ``index`` of every buffer, moving only ``moves`` when given (``select_rows_``)."""
         self.self_attn.select_rows_(index, moves)
         if self.cross_k is not None and self.cross_v is not None:
             self.cross_k = select_rows_(self.cross_k, index, None, moves)
@@ -348,10 +348,9 @@ def row_moves(index: Tensor, rows: int) -> RowMoves | None:
     return None if 2 * to.numel() > n else RowMoves(to, index[to])
 
 
-Moves = RowMoves | None | bool  # ``select_rows_``'s ``moves``: made already (or None), or True: make them
-
-
-def select_rows_(store: Tensor, index: Tensor, steps: int | None = None, moves: Moves = True) -> Tensor:
+def select_rows_(
+    store: Tensor, index: Tensor, steps: int | None = None, moves: RowMoves | None | Literal[True] = True
+) -> Tensor:
     """``store.index_select(0, index)``, but overwriting ``store`` in place when few rows move.
 
     When finished sentences leave a batch and the last ones move into their places
@@ -364,7 +363,7 @@ def select_rows_(store: Tensor, index: Tensor, steps: int | None = None, moves: 
     """
     if moves is True:
         moves = row_moves(index, store.size(0))
-    if store.requires_grad or not isinstance(moves, RowMoves):
+    if store.requires_grad or moves is None:
         return store.index_select(0, index)
     if moves.to.numel():
         valid = store if steps is None else store[:, :, :steps]

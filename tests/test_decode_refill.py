@@ -10,7 +10,7 @@ from mt.config import DecodeConfig, ModelConfig
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mt.decode import beam_search, greedy_search
 from mt.decode.refill import SentenceQueue, first_beam_only, joining_tokens
-from mt.model import build_model
+from mt.model import EncoderOut, build_model
 
 VOCAB = 64
 LENGTHS = [3, 12, 1, 7, 5, 9, 2, 6, 4, 8, 11, 3, 2, 10]
@@ -28,9 +28,9 @@ class Recorded:
     def new_cache(self, beams_per_sentence=None):
         return self.model.new_cache(beams_per_sentence)
 
-    def join(self, enc, cache, src, src_pad_mask):
+    def join(self, enc, cache, new):
         self.joins += 1
-        self.model.join(enc, cache, src, src_pad_mask)
+        self.model.join(enc, cache, new)
 
     def decode(self, tgt_in, enc, cache=None):
         self.rows.append(tgt_in.size(0))
@@ -120,6 +120,26 @@ def test_a_queue_without_limits_takes_everything_at_once() -> None:
     assert sources.tolist() == [[5, EOS_ID]] and not mask.any()  # cut to its own length
 
 
+def test_sentences_are_encoded_a_batch_at_a_time_once() -> None:
+    src = torch.tensor([[4 + i, EOS_ID] for i in range(5)])
+    calls: list[list[int]] = []
+
+    def encode(rows, pad_mask):
+        calls.append(rows[:, 0].tolist())
+        return EncoderOut(rows.float().unsqueeze(-1), pad_mask)  # (n, S, 1): the ids themselves
+
+    queue = SentenceQueue(src, src == PAD_ID, [2, 2, 3, 3, 3])  # batches [0, 1] and [2, 3, 4]
+    first = queue.encoded(encode, [0, 1])
+    assert calls == [[4, 5]] and first.out[:, 0, 0].tolist() == [4, 5]
+    third = queue.encoded(encode, [2])
+    assert calls == [[4, 5], [6, 7, 8]] and third.out[:, 0, 0].tolist() == [6]
+    rest = queue.encoded(encode, [3, 4])  # from the batch encoded before: no new call
+    assert calls == [[4, 5], [6, 7, 8]] and rest.out[:, 0, 0].tolist() == [7, 8]
+    queue = SentenceQueue(src, src == PAD_ID, [2, 2, 3, 3, 3])
+    both = queue.encoded(encode, [0, 1, 2])  # a take across two batches: one output, in order
+    assert both.out[:, 0, 0].tolist() == [4, 5, 6] and both.pad_mask.shape == (3, 2)
+
+
 def test_bad_live_limits_are_refused() -> None:
     src = torch.tensor([[5, EOS_ID]])
     with pytest.raises(ValueError, match="one entry >= 1 per sentence"):
@@ -161,7 +181,7 @@ def test_sentences_join_a_beam_cache_right_after_its_first_step() -> None:
         enc, cache = model.encode(src[:2], mask[:2]), model.new_cache(beams_per_sentence=2)
         model.decode(torch.full((2, 1), BOS_ID), enc, cache)  # step 0: one row a sentence
         cache.reorder(torch.tensor([0, 0, 1, 1]))  # two beams each
-        model.join(enc, cache, src[2:], mask[2:])
+        model.join(enc, cache, model.encode(src[2:], mask[2:]))
         tokens = torch.tensor([[10], [11], [12], [13], [BOS_ID], [BOS_ID]])
         joined = model.decode(tokens, enc, cache)  # (6, 1, V)
         alone = model.decode(torch.full((1, 1), BOS_ID), model.encode(src[2:], mask[2:]), model.new_cache())

@@ -47,9 +47,8 @@ class Recording(torch.nn.Module):
     def new_cache(self, beams_per_sentence=None):
         return self.inner.new_cache(beams_per_sentence)
 
-    def join(self, enc, cache, src, src_pad_mask):
-        self.src_shapes.append(tuple(src.shape))
-        self.inner.join(enc, cache, src, src_pad_mask)
+    def join(self, enc, cache, new):
+        self.inner.join(enc, cache, new)
 
     def decode(self, tgt_in, enc, cache=None):
         assert not self.training, "decoding must run in eval mode"
@@ -179,6 +178,14 @@ def test_refilled_batches_translate_as_whole_batches(model, strategy: str) -> No
         [h.score for t in whole for h in t.hypotheses], abs=1e-5
     )
     assert len(model.src_shapes) > 1 and all(rows <= 2 for rows, _ in model.src_shapes)  # sentences joined
+
+
+def test_a_refilled_pool_is_decoded_longest_first(model) -> None:
+    lines = [" ".join(["word"] * n) for n in (2, 9, 4, 12, 1, 7, 3)]
+    model.src_shapes.clear()
+    make(model, strategy="greedy", max_sentences=2, refill="greedy").translate(lines)
+    widths = [width for _, width in model.src_shapes]  # each batch's source, EOS included, as it is encoded
+    assert widths[0] == 13 and widths == sorted(widths, reverse=True)
 
 
 def test_refill_applies_to_the_named_strategy_only(model) -> None:

@@ -177,11 +177,10 @@ def _decode_beams(
 ) -> None:
     """Beam search until every sentence taken from ``queue`` is done; sentences join as others leave."""
     active = queue.take(0)  # the sentence of each group of rows
-    src, src_pad_mask = queue.sources(active)
-    device = src.device
+    device = queue.src.device
     born = [0] * len(active)  # the step each sentence started at
     origin = 0  # the step of ``tokens``' first column (a sentence's BOS is in column born - origin)
-    enc = model.encode(src, src_pad_mask)  # (B', S, D): one row per sentence, throughout
+    enc = queue.encoded(model.encode, active)  # (B', S, D): one row per sentence, throughout
     cache = model.new_cache(beams_per_sentence=beam)  # step 0 decodes one row per sentence, then K
     tokens = start_tokens(len(active), device)  # (B'*r, t + 1) with BOS first; r = rows per sentence
     scores = torch.zeros(len(active), 1, device=device)  # (B', r): at step 0 the K beams would be copies
@@ -220,7 +219,7 @@ def _decode_beams(
         tokens = torch.cat([tokens.index_select(0, index), new_tok.view(-1, 1)], dim=1)  # (B''*K, t + 2)
         joining = queue.take(len(active)) if queue.wants(len(active)) else []
         if joining:  # continuous batching: new sentences take the places of those that left
-            model.join(enc, cache, *queue.sources(joining))
+            model.join(enc, cache, queue.encoded(model.encode, joining))
             tokens, origin = tokens[:, min(born) - origin :], min(born)  # columns no sentence reads go
             active, born = active + joining, born + [step + 1] * len(joining)
             tokens = torch.cat([tokens, joining_tokens(len(joining) * beam, tokens.size(1), device)])

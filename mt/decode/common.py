@@ -55,8 +55,9 @@ class DecodableModel(Protocol):
 
     def decode(self, tgt_in: Tensor, enc: Reorderable, cache: Reorderable | None = None) -> Tensor: ...
 
-    def join(self, enc: Reorderable, cache: Reorderable, src: Tensor, src_pad_mask: Tensor) -> None:
-        """Add sentences to a decoding in progress (continuous batching, ``mt.decode.refill``)."""
+    def join(self, enc: Reorderable, cache: Reorderable, new: Reorderable) -> None:
+        """Add sentences, ``new`` from ``encode``, to a decoding in progress (continuous batching,
+        ``mt.decode.refill``)."""
         ...
 
 

@@ -135,10 +135,10 @@ def _decode_rows(
 ) -> None:
     """Decode until every sentence taken from ``queue`` has ended; sentences join as others leave."""
     sentences = queue.take(0)
-    src, src_pad_mask = queue.sources(sentences)
-    rows = _Rows.starting(sentences, 0, limits, src.device)
+    device = queue.src.device
+    rows = _Rows.starting(sentences, 0, limits, device)
     ban_until = max(limits.min_len[s] for s in sentences)  # the step before which some row may not end
-    enc = model.encode(src, src_pad_mask)
+    enc = queue.encoded(model.encode, sentences)
     cache = model.new_cache()
 
     for step in itertools.count():
@@ -160,14 +160,14 @@ def _decode_rows(
                 on_done(found)
             if bool(ended.all()):
                 return
-            keep = torch.tensor(fill_from_the_end(ended.tolist()), device=src.device)  # (B'',) few rows move
+            keep = torch.tensor(fill_from_the_end(ended.tolist()), device=device)  # (B'',) few rows move
             cache.reorder(keep)
             enc.reorder(keep)
             rows.keep(keep)
         if queue.wants(rows.sentence.numel()):  # continuous batching: new sentences take the free places
             joining = queue.take(rows.sentence.numel())
-            model.join(enc, cache, *queue.sources(joining))
-            rows.extend(_Rows.starting(joining, step + 1, limits, src.device))
+            model.join(enc, cache, queue.encoded(model.encode, joining))
+            rows.extend(_Rows.starting(joining, step + 1, limits, device))
             ban_until = max(ban_until, step + 1 + max(limits.min_len[s] for s in joining))
 
 

@@ -2,10 +2,11 @@
 
 A batch decoded to its end spends its last steps on a few long sentences, each step paying the whole
 per-step overhead for little work. Instead, the search takes its sentences from a ``SentenceQueue`` (in
-the caller's order, sorted by length): whenever at least a quarter of the places are free, the next
-sentences are encoded and join the batch (``Seq2SeqTransformer.join``) at their own step 0, beside
-sentences that are further on (the cache keeps each row's own step, ``mt.model.cache``). A sentence's
-output does not depend on which others it is decoded with.
+the caller's order): whenever at least a quarter of the places are free, the next sentences join the
+batch (``Seq2SeqTransformer.join``) at their own step 0, beside sentences that are further on (the cache
+keeps each row's own step, ``mt.model.cache``). Sentences are encoded a batch at a time
+(``SentenceQueue.encoded``), not a join at a time. A sentence's output does not depend on which others
+it is decoded with.
 
 ``live[i]``: the most sentences decoded together once sentence i is taken (the size of the token-budget
 batch it would have been in), so the budget of the caller's batching still holds.
@@ -19,7 +20,9 @@ defaults to greedy only.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -32,6 +35,17 @@ SentencesDone = Callable[[list[tuple[int, list[Hypothesis]]]], None]
 REFILL_FRACTION = 4  # sentences join once 1/4 of the places are free: fewer, larger joins
 
 
+class EncodedRows(Protocol):
+    """An encoder output as ``Seq2SeqTransformer.encode`` makes it (``mt.model.EncoderOut``)."""
+
+    def reorder(self, index: Tensor) -> object: ...
+
+    def extend(self, other: EncodedRows) -> object: ...
+
+
+Encoded = TypeVar("Encoded", bound=EncodedRows)
+
+
 class SentenceQueue:
     """The sentences of src (N, S) waiting to be decoded, in order; ``live`` as in the module doc
     (None: all of them at once, no refill)."""
@@ -42,6 +56,8 @@ class SentenceQueue:
         self.src, self.src_pad_mask = src, src_pad_mask
         self.live = live if live is not None else [src.size(0)] * src.size(0)
         self.next = 0
+        self._chunks: list[tuple[int, int, EncodedRows]] = []  # (first, end, encoder output), not all taken
+        self._encoded_end = 0  # sentences before it are encoded
 
     def __bool__(self) -> bool:
         return self.next < len(self.live)
@@ -60,6 +76,31 @@ class SentenceQueue:
             taken.append(self.next)
             self.next += 1
         return taken
+
+    def encoded(self, encode: Callable[[Tensor, Tensor], Encoded], sentences: list[int]) -> Encoded:
+        """The encoder output of ``sentences`` (consecutive ones, as ``take`` gives them), one row each.
+
+        Sentences are encoded a batch at a time, once: from the first one not encoded yet, the next
+        ``live[i]`` (the batch it would have been in). A join of a few sentences then reuses what one
+        larger encode made (fewer calls, each sentence encoded beside the same ones as without refill)."""
+        first, end = sentences[0], sentences[-1] + 1
+        while self._encoded_end < end:
+            start = self._encoded_end
+            stop = min(len(self.live), start + self.live[start])
+            self._chunks.append((start, stop, encode(*self.sources(list(range(start, stop))))))
+            self._encoded_end = stop
+        parts: list[Encoded] = []
+        for start, stop, chunk in self._chunks:
+            lo, hi = max(first, start), min(end, stop)
+            if lo < hi:  # a copy keeps the chunk as it is: reorder and extend replace, never write, tensors
+                part = copy.copy(chunk)
+                if (lo, hi) != (start, stop):
+                    part.reorder(torch.arange(lo - start, hi - start, device=self.src.device))
+                parts.append(part)  # type: ignore[arg-type]
+        self._chunks = [c for c in self._chunks if c[1] > end]  # a chunk whose sentences are all taken goes
+        for part in parts[1:]:
+            parts[0].extend(part)
+        return parts[0]
 
     def sources(self, sentences: list[int]) -> tuple[Tensor, Tensor]:
         """src (n, S'), src_pad_mask (n, S') of ``sentences``, cut to their longest source."""

@@ -161,7 +161,12 @@ class Translator:
     ) -> None:
         """Decode the batches of ``pool`` (line indices) in one search call into ``results``: a pool of
         several refills (``mt.decode.refill``; each sentence's batch size bounds the sentences live beside
-        it) and reports lines as they end; a pool of one is decoded whole and reported at its end."""
+        it) and reports lines as they end; a pool of one is decoded whole and reported at its end.
+
+        A pool is decoded longest first: the long sentences start at once and the short ones fill the
+        places around them, so the last steps decode a few short sentences, not the longest ones alone."""
+        if len(pool) > 1:
+            pool = [batch[::-1] for batch in reversed(pool)]  # (batches come sorted by length, shortest first)
         lines = [i for batch in pool for i in batch]
         batch_sources = [sources[i] for i in lines]
 

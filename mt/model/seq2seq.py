@@ -40,11 +40,10 @@ class Seq2SeqTransformer(nn.Module):
         """
         return self.decoder(tgt_in, enc, cache)
 
-    def join(self, enc: EncoderOut, cache: DecoderCache | BeamCache, src: Tensor, src_pad_mask: Tensor) -> None:
-        """Add the sentences src (n, S) to a decoding in progress (continuous batching): their encoder
-        output is appended to ``enc``, and to ``cache`` their rows at step 0 (one per sentence, or the
-        beams of each in a ``BeamCache``), which the next ``decode`` feeds with BOS."""
-        new = self.encode(src, src_pad_mask)
+    def join(self, enc: EncoderOut, cache: DecoderCache | BeamCache, new: EncoderOut) -> None:
+        """Add sentences to a decoding in progress (continuous batching): their encoder output ``new``
+        (``encode``) is appended to ``enc``, and to ``cache`` their rows at step 0 (one per sentence, or
+        the beams of each in a ``BeamCache``), which the next ``decode`` feeds with BOS."""
         cache.add_sentences(self.decoder.source_keys(new.out), new.pad_mask)
         enc.extend(new)
 

@@ -28,7 +28,7 @@ from typing import Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from mt.decode.common import BOS_ID, NEG_INF, PAD_ID, Hypothesis
+from mt.decode.common import BOS_ID, NEG_INF, PAD_ID, Hypothesis, Reorderable
 
 # hears (sentence, its final n-best list) for sentences as soon as they are done, a group at a time
 SentencesDone = Callable[[list[tuple[int, list[Hypothesis]]]], None]
@@ -36,10 +36,9 @@ SentencesDone = Callable[[list[tuple[int, list[Hypothesis]]]], None]
 REFILL_FRACTION = 4  # sentences join once 1/4 of the places are free: fewer, larger joins
 
 
-class EncodedRows(Protocol):
-    """An encoder output as ``Seq2SeqTransformer.encode`` makes it (``mt.model.EncoderOut``)."""
-
-    def reorder(self, index: Tensor) -> object: ...
+class EncodedRows(Reorderable, Protocol):
+    """An encoder output as ``Seq2SeqTransformer.encode`` makes it (``mt.model.EncoderOut``): rows that
+    reorder, and that other rows extend."""
 
     def extend(self, other: EncodedRows) -> object: ...
 

@@ -228,6 +228,14 @@ def load_for_inference(
     return model, tokenizers, cfg
 
 
+def load_tokenizers_and_config(path: str | Path):
+    """Tokenizers and typed config of a checkpoint, without building its model (the weights stay on disk)."""
+    from mt.config import to_config
+
+    state = load_checkpoint(path, map_location="cpu", mmap=True)
+    return tokenizers_from_state(state), to_config(state["config"])
+
+
 def tokenizers_state(tokenizers) -> dict[str, Any]:
     """Tokenizer models as bytes, so a checkpoint is self-contained."""
     return {

@@ -2,6 +2,7 @@
 
     python scripts/bench_decode_peers.py [--ckpt-mini PATH] [--pairs 3] [--n 1000] [--n-base 128]
                                          [--threads 2] [--ct2-mkl auto|on|off] [--ct2-inter 1]
+                                         [--mt-workers 1]
                                          [--precision fp32|int8]
                                          [--force] [--smoke]
 
@@ -31,9 +32,10 @@ The decoding twin of ``make bench-peers``. Two models, each decoded by both engi
    CTranslate2 float32 sentences/s, medians). Raw rows go to ``--results`` (JSON lines).
 
 ``--ct2-inter N`` lets CTranslate2 decode N batches at a time, each on ``--threads / N`` threads
-(``inter_threads=N``, ``intra_threads=threads/N``): on a small model its faster way to use the cores. mt has no
-such mode (two Python threads decoding two batches contend for the interpreter lock), so the default race
-runs both engines one batch at a time on every thread.
+(``inter_threads=N``, ``intra_threads=threads/N``): on a small model its faster way to use the cores.
+``--mt-workers N`` is mt's: N decoding processes (``mt-translate --workers``), each on ``--threads / N``
+threads, started and warmed up before the clock starts, each decoding every N-th sentence by length; their
+CPU time is counted. The default race runs both engines one batch at a time on every thread.
 
 ``--precision int8`` races int8 against int8 instead: mt's ``--precision int8`` (int8 weights, one scale a row;
 inputs quantised per call) against CTranslate2's ``compute_type="int8"``; the ratio lines then say ``int8``.
@@ -83,35 +85,61 @@ def limits_of(lengths: list[int], spec: dict) -> list[int]:
 
 
 def mt_worker(spec: dict) -> dict:
+    import contextlib
     import dataclasses
 
     import torch
 
     from mt.allocator import keep_freed_memory
-    from mt.checkpoint import load_for_inference
+    from mt.checkpoint import load_for_inference, load_tokenizers_and_config
     from mt.decode import Translator
 
-    torch.set_num_threads(spec["threads"])
-    keep_freed_memory()  # as mt-translate
-    model, tokenizers, cfg = load_for_inference(spec["ckpt"], pack=True, precision=spec["precision"])
-    lines = read_lines(Path(spec["input"]), spec["n"])
-
-    def translator(search: str) -> Translator:
-        decode = dataclasses.replace(
-            cfg.decode, strategy=search, beam_size=spec["beam"] if search == "beam" else 1, nbest=1,
+    def settings(search: str, decode):
+        return dataclasses.replace(
+            decode, strategy=search, beam_size=spec["beam"] if search == "beam" else 1, nbest=1,
             length_penalty="length", alpha=spec["alpha"], stopping="fairseq", min_len=spec["min_len"],
             max_len_a=spec["max_len_a"], max_len_b=spec["max_len_b"], max_sentences=spec["max_sentences"],
             max_tokens=BIG_BUDGET,
         )
-        return Translator(model, tokenizers, decode, "cpu", max_positions=spec["max_positions"])
 
-    translator("beam").translate(lines[:WARMUP_LINES])  # untimed: first-call set-up
+    torch.set_num_threads(spec["threads"] // spec["mt_workers"])
+    if spec["mt_workers"] > 1:  # as mt-translate --workers: this process only encodes and gathers
+        tokenizers, cfg = load_tokenizers_and_config(spec["ckpt"])
+        processes = mt_processes(spec, settings("beam", cfg.decode))
+        base = Translator(None, tokenizers, cfg.decode, "cpu", max_positions=spec["max_positions"],
+                          processes=processes)
+    else:
+        keep_freed_memory()  # as mt-translate
+        model, tokenizers, cfg = load_for_inference(spec["ckpt"], pack=True, precision=spec["precision"])
+        base = Translator(model, tokenizers, cfg.decode, "cpu", max_positions=spec["max_positions"])
+    lines = read_lines(Path(spec["input"]), spec["n"])
+    with contextlib.closing(base):
+        return mt_searches(base, lines, settings)
+
+
+def mt_processes(spec: dict, decode):
+    """``--mt-workers`` started processes of ``--threads / --mt-workers`` threads, each holding the model."""
+    import functools
+
+    from mt.cli.translate import worker_translator
+    from mt.decode.processes import DecodingProcesses
+
+    build = functools.partial(worker_translator, spec["ckpt"], spec["precision"], decode)
+    return DecodingProcesses(build, spec["mt_workers"], spec["threads"] // spec["mt_workers"]).start()
+
+
+def mt_searches(base, lines: list[str], settings) -> dict:
+    """Beam and greedy over ``lines`` with mt, timed (the decoding processes' CPU time counted)."""
+    base.with_config(settings("beam", base.cfg)).translate(lines[:WARMUP_LINES])  # untimed: first-call set-up
     results = {}
     for search in SEARCHES:
-        decoder = translator(search)
+        decoder = base.with_config(settings(search, base.cfg))
+        workers_cpu = base.processes.cpu_seconds if base.processes is not None else 0.0
         wall, cpu = time.perf_counter(), time.process_time()
         out = decoder.translate_nbest(lines)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if base.processes is not None:
+            cpu += base.processes.cpu_seconds - workers_cpu
         lengths = [len(t.hypotheses[0].tokens) if t.hypotheses else 0 for t in out]
         results[search] = run_figures(len(lines), wall, cpu, sum(t.tgt_tokens for t in out), lengths,
                                       [t.text for t in out])
@@ -203,7 +231,7 @@ def model_specs(args: argparse.Namespace, mini: Path, base: Path) -> dict[str, d
         ct2_dir = args.work_dir / f"ct2-{name}"
         export_ctranslate2(ckpt, ct2_dir, None, force=True)  # every run: the directory may hold another model
         common = dict(ckpt=str(ckpt), model=str(ct2_dir), input=str(args.input), threads=args.threads,
-                      ct2_inter=args.ct2_inter,
+                      ct2_inter=args.ct2_inter, mt_workers=args.mt_workers,
                       precision=args.precision,
                       beam=args.beam, max_sentences=args.max_sentences, max_positions=cfg.model.max_positions,
                       alpha=search_defaults(cfg).length_penalty)
@@ -300,6 +328,9 @@ def parse_args() -> argparse.Namespace:
                    help="CTranslate2's Intel MKL backend (CT2_USE_MKL); auto: the faster on this machine")
     p.add_argument("--ct2-inter", type=int, default=1,
                    help="batches CTranslate2 decodes at a time, each on threads/N threads (default: %(default)s)")
+    p.add_argument("--mt-workers", type=int, default=1,
+                   help="mt's decoding processes (mt-translate --workers), each on threads/N threads "
+                        "(default: %(default)s)")
     p.add_argument("--precision", choices=tuple(CT2_COMPUTE), default="fp32",
                    help="mt's --precision, raced against CTranslate2's matching compute type (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="start even if other processes are busy")
@@ -313,8 +344,9 @@ def parse_args() -> argparse.Namespace:
                                    "model.decoder_layers=1", *args.base_overrides]
     if args.pairs < 1 or args.n < 1 or args.n_base < 1 or args.base_pieces < 1:
         p.error("--pairs, --n, --n-base and --base-pieces must be at least 1")
-    if not 1 <= args.ct2_inter <= args.threads:
-        p.error(f"--ct2-inter must be between 1 and --threads ({args.threads}), got {args.ct2_inter}")
+    for flag, value in (("--ct2-inter", args.ct2_inter), ("--mt-workers", args.mt_workers)):
+        if not 1 <= value <= args.threads:
+            p.error(f"{flag} must be between 1 and --threads ({args.threads}), got {value}")
     args.input = args.input or args.data_dir / "test_2016_flickr.en.gz"
     return args
 
@@ -333,9 +365,11 @@ def main() -> None:
     choose_ct2_backend(args, specs["mini"])
     session = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mt_commit": git_commit(),
                "threads": args.threads, "beam": args.beam, "max_sentences": args.max_sentences,
-               "ct2_mkl": args.ct2_mkl, "ct2_inter": args.ct2_inter, "precision": args.precision}
+               "ct2_mkl": args.ct2_mkl, "ct2_inter": args.ct2_inter, "mt_workers": args.mt_workers,
+               "precision": args.precision}
     inter = f", {args.ct2_inter} batches at a time" if args.ct2_inter > 1 else ""
-    print(f"{args.pairs} pair(s), {args.threads} threads, {args.precision} (CTranslate2 "
+    workers = f" (mt {args.mt_workers} decoding processes)" if args.mt_workers > 1 else ""
+    print(f"{args.pairs} pair(s), {args.threads} threads{workers}, {args.precision} (CTranslate2 "
           f"{CT2_COMPUTE[args.precision]}{inter}), beam {args.beam} (|Y|^alpha, fairseq's stop) and greedy, "
           f"batches of <= {args.max_sentences} sentences; mini: {specs['mini']['n']} lines, alpha "
           f"{specs['mini']['alpha']}; base ({args.base_model}, random): {specs['base']['n']} lines x "

@@ -56,7 +56,7 @@ def test_smoke_run_prints_the_four_ratios_last(tmp_path, multi30k_dir):
     out = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench_decode_peers.py"), "--smoke", "--ckpt-mini", str(ckpt),
          "--work-dir", str(tmp_path / "work"), "--results", str(results), "--data-dir", str(multi30k_dir),
-         "--threads", "2", "--ct2-inter", "2"],  # CTranslate2 two batches at a time, one thread each
+         "--threads", "2", "--ct2-inter", "2", "--mt-workers", "2"],  # both engines: 2 at a time, 1 thread each
         capture_output=True, text=True, env=env, check=True,
     ).stdout
     last = out.strip().splitlines()[-4:]
@@ -65,17 +65,19 @@ def test_smoke_run_prints_the_four_ratios_last(tmp_path, multi30k_dir):
     assert all(re.fullmatch(r"ratio \w+ \w+: \d+\.\d\d", line) for line in last)
     assert re.search(r"mini beam: \d+/8 of mt's outputs equal CTranslate2's", out)
     assert "(pieces 5-5, mean 5.0" in out  # the base model: exactly --base-pieces pieces on both sides
-    assert "(CTranslate2 float32, 2 batches at a time)" in out
+    assert "(CTranslate2 float32, 2 batches at a time)" in out and "(mt 2 decoding processes)" in out
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [(r["model"], r["engine"]) for r in rows] == [
         ("mini", "mt"), ("mini", "ct2"), ("base", "mt"), ("base", "ct2")]
-    assert {r["ct2_inter"] for r in rows} == {2}
+    assert {r["ct2_inter"] for r in rows} == {r["mt_workers"] for r in rows} == {2}
+    assert all(r[search]["cpu_s"] > 0 for r in rows for search in ("beam", "greedy"))
 
 
-def test_ct2_inter_is_at_most_the_threads():
+@pytest.mark.parametrize("flag", ["--ct2-inter", "--mt-workers"])
+def test_engines_run_at_most_threads_batches_at_a_time(flag: str):
     out = subprocess.run(
-        [sys.executable, str(SCRIPTS / "bench_decode_peers.py"), "--threads", "2", "--ct2-inter", "3"],
+        [sys.executable, str(SCRIPTS / "bench_decode_peers.py"), "--threads", "2", flag, "3"],
         capture_output=True, text=True,
     )
     assert out.returncode == 2
-    assert "--ct2-inter must be between 1 and --threads (2), got 3" in out.stderr
+    assert f"{flag} must be between 1 and --threads (2), got 3" in out.stderr

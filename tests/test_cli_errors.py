@@ -258,6 +258,13 @@ TRANSLATE_CASES = [
     Case("temperature-0", ("--ckpt", "{ckpt}", "--temperature", "0"), 2, (lit("--temperature"),)),
     Case("nbest-above-beam", ("--ckpt", "{ckpt}", "--beam", "2", "--nbest", "3"), 2, (lit("--nbest 3"), lit("--beam"))),
     Case("unknown-strategy", ("--ckpt", "{ckpt}", "--strategy", "best"), 2, (lit("--strategy"), "best")),
+    Case("workers-0", ("--ckpt", "{ckpt}", "--workers", "0"), 2, (lit("--workers"), r"\b0\b")),
+    # with decoding processes started, the same one-line errors (and the processes stopped)
+    Case("workers-input-invalid-utf8", (*IN, "--workers", "2"), 1, (at("in.txt", 2), "UTF-8"),
+         files(in_txt=b"one\ntw\xe9o\n")),
+    Case("workers-reject-keeps-old-output", (*IN, "--output", "{tmp}/out.txt", "--on-too-long", "reject",
+                                             "--workers", "2"), 1, (at("in.txt", 2), "reject"),
+         files(in_txt=f"one\n{LONG_LINE}\n", out_txt="an older file\n")),
 ]
 
 

@@ -79,6 +79,13 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     add_debug_flag(parser)
 
 
+def add_workers_flag(parser: argparse.ArgumentParser) -> None:
+    """``--workers N``: decoding processes on the CPU, each holding the model."""
+    parser.add_argument("--workers", type=ranged(int, 1), default=1,
+                        help="decoding processes, each with its own copy of the model on --threads threads "
+                             "(default 1; on a CPU, one per core decodes a small model fastest)")
+
+
 def add_decode_args(parser: argparse.ArgumentParser) -> None:
     """Search settings; each overrides the checkpoint's ``decode`` config when given."""
     g = parser.add_argument_group("decoding (default: the checkpoint's decode settings)")

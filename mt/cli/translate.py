@@ -18,18 +18,19 @@ translated.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from mt.cli.errors import run_command
-from mt.cli.flags import add_decode_args, add_model_args, add_version_flag, decode_config
+from mt.cli.flags import add_decode_args, add_model_args, add_version_flag, add_workers_flag, decode_config
 from mt.cli.output import atomic_output, check_input_file, check_output_file
 from mt.errors import UserError
 
 if TYPE_CHECKING:  # torch and the model load only once the flags are parsed: usage errors and --help are instant
-    from mt.config import Config
+    from mt.config import Config, DecodeConfig
     from mt.decode import Translation, Translator
 
 
@@ -57,15 +58,61 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]
     from mt.decode import Translator
     from mt.device import resolve_device
 
+    device = resolve_device(args.device, key="--device")
+    check_precision(args.precision, device)
+    workers = getattr(args, "workers", 1)
+    if workers > 1:
+        return load_translator_processes(args, path, device, workers)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     keep_freed_memory()  # the step's logits and caches are reused, not page-faulted in again every step
-    device = resolve_device(args.device, key="--device")
-    check_precision(args.precision, device)
     model, tokenizers, cfg = load_for_inference(path, device, pack=True, precision=args.precision)
     decode = validate_group("decode", decode_config(cfg.decode, args))
     translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)
     return translator, cfg, path
+
+
+def load_translator_processes(
+    args: argparse.Namespace, path: Path, device, workers: int
+) -> tuple[Translator, Config, Path]:
+    """``--workers N``: N decoding processes, each loading the model on ``--threads`` threads (default: this
+    process's cores / N); this process keeps only the tokenizers, encodes the lines and gathers the output."""
+    import functools
+
+    from mt.checkpoint import load_tokenizers_and_config
+    from mt.config import validate_group
+    from mt.decode import Translator
+    from mt.decode.processes import DecodingProcesses
+
+    if device.type != "cpu":
+        raise UserError(f"--workers {workers} runs decoding processes on the CPU, not {device}; use --workers 1")
+    tokenizers, cfg = load_tokenizers_and_config(path)
+    decode = validate_group("decode", decode_config(cfg.decode, args))
+    threads = args.threads if args.threads > 0 else max(1, usable_cores() // workers)
+    build = functools.partial(worker_translator, str(path), args.precision, decode)
+    processes = DecodingProcesses(build, workers, threads).start()
+    translator = Translator(None, tokenizers, decode, device, max_positions=cfg.model.max_positions,
+                            processes=processes)
+    return translator, cfg, path
+
+
+def worker_translator(path: str, precision: str, decode: DecodeConfig) -> Translator:
+    """What each ``--workers`` process builds: the packed CPU model and a Translator (module level: a
+    spawned process finds it by name)."""
+    from mt.allocator import keep_freed_memory
+    from mt.checkpoint import load_for_inference
+    from mt.decode import Translator
+
+    keep_freed_memory()
+    model, tokenizers, cfg = load_for_inference(path, "cpu", pack=True, precision=precision)
+    return Translator(model, tokenizers, decode, "cpu", max_positions=cfg.model.max_positions)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def check_precision(precision: str, device) -> None:
@@ -168,9 +215,16 @@ def translate(args: argparse.Namespace) -> None:
     if args.output is not None:
         check_output_file(args.output, "--output")
     translator, cfg, path = load_translator(args)
+    with contextlib.closing(translator):
+        translate_with(translator, cfg, path, args)
+
+
+def translate_with(translator: Translator, cfg: Config, path: Path, args: argparse.Namespace) -> None:
     target = target_language(cfg, args.target_lang)
     into = f", into {target}" if target is not None else ""
-    print(f"mt-translate: {path} on {translator.device}{into}, {translator.cfg}", file=sys.stderr)
+    processes = translator.processes
+    split = f" in {processes.workers} processes of {processes.threads} threads" if processes is not None else ""
+    print(f"mt-translate: {path} on {translator.device}{split}{into}, {translator.cfg}", file=sys.stderr)
     if args.input is None and sys.stdin.isatty():
         from mt.data import read_stream
 
@@ -193,6 +247,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--target-lang", metavar="LANG",
                         help="target language of a model with several (e.g. fr; required for one); "
                              "a one-target model accepts only its own")
+    add_workers_flag(parser)
     add_decode_args(parser)
     return parser.parse_args(argv)
 

@@ -17,6 +17,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -30,6 +31,9 @@ from mt.decode.length_penalty import check_penalty
 from mt.decode.search import check_strategy, rows_per_sentence, search
 from mt.decode.stopping import check_stopping
 from mt.errors import UserError
+
+if TYPE_CHECKING:
+    from mt.decode.processes import DecodingProcesses
 
 POOL_BATCHES = 16  # batches a refilling search takes at once (progress and ``on_batch`` after each pool)
 
@@ -79,30 +83,36 @@ class Translator:
     """Translate text with a trained model (in eval mode while translating, under inference_mode).
 
     Args:
-        model: a ``Seq2SeqTransformer`` (or anything with its encode/new_cache/decode).
+        model: a ``Seq2SeqTransformer`` (or anything with its encode/new_cache/decode); None with ``processes``.
         tokenizers: ``mt.data.Tokenizers``; ``src.encode`` and ``tgt.decode`` are used.
         cfg: search settings (strategy, beam, length penalty, limits, batching budget).
         device: where the model runs.
         max_positions: the model's position limit (``ModelConfig.max_positions``); caps output lengths.
         max_src_len: longest source in pieces (EOS excluded); default ``max_positions - 1``, or no limit.
+        processes: decoding processes (``mt.decode.processes``), each holding the model: this process
+            then only encodes the lines and gathers the translations.
     """
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: torch.nn.Module | None,
         tokenizers,
         cfg: DecodeConfig,
         device: torch.device | str = "cpu",
         *,
         max_positions: int | None = None,
         max_src_len: int | None = None,
+        processes: DecodingProcesses | None = None,
     ) -> None:
         check_strategy(cfg.strategy)
         check_penalty(cfg.length_penalty)
         check_stopping(cfg.stopping)
         if cfg.on_too_long not in ("truncate", "reject"):
             raise ValueError(f"on_too_long must be truncate or reject, got {cfg.on_too_long!r}")
-        self.model = model.to(device)
+        if model is None and processes is None:
+            raise ValueError("a Translator needs a model, or processes that hold one")
+        self.model = model.to(device) if model is not None else None
+        self.processes = processes
         self.tokenizers = tokenizers
         self.cfg = cfg
         self.device = torch.device(device)
@@ -110,6 +120,11 @@ class Translator:
         if max_src_len is None and max_positions is not None:
             max_src_len = max_positions - 1  # the source's EOS takes a position too
         self.max_src_len = max_src_len
+
+    def close(self) -> None:
+        """Stop the decoding processes, if any (``contextlib.closing`` calls this)."""
+        if self.processes is not None:
+            self.processes.close()
 
     def translate(self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None) -> list[str]:
         """The best translation of every line, in input order (empty line -> empty line).
@@ -128,12 +143,26 @@ class Translator:
         ``on_batch`` (if given) gets the lines of each decoded batch as soon as it is done (with refill,
         ``cfg.refill``: lines as they end), empty lines first; every line is in exactly one call.
         """
-        sources = self.encode_lines(lines, target_lang)
-        results = [Translation([], [], 0) for _ in lines]
+        return self.decode_sources(self.encode_lines(lines, target_lang), progress, on_batch)
+
+    def with_config(self, cfg: DecodeConfig) -> Translator:
+        """This translator (the same model, tokenizers and limits) with other search settings."""
+        return Translator(self.model, self.tokenizers, cfg, self.device, max_positions=self.max_positions,
+                          max_src_len=self.max_src_len, processes=self.processes)
+
+    def decode_sources(
+        self, sources: list[list[int]], progress: bool = False, on_batch: BatchDone | None = None
+    ) -> list[Translation]:
+        """``translate_nbest`` of sources already encoded (``encode_lines``; [] for an empty line); with
+        ``processes``, their sentences are shared out among the decoding processes."""
+        results = [Translation([], [], 0) for _ in sources]
         todo = [i for i, ids in enumerate(sources) if ids]
         empty = [(i, results[i]) for i, ids in enumerate(sources) if not ids]
         if on_batch is not None and empty:
             on_batch(empty)
+        if self.processes is not None:
+            self._decode_in_processes(sources, todo, results, progress, on_batch)
+            return results
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
         was_training = self.model.training
         self.model.eval()  # no dropout; restored below, so validation inside training is safe
@@ -146,6 +175,23 @@ class Translator:
         finally:
             self.model.train(was_training)
         return results
+
+    def _decode_in_processes(
+        self, sources: list[list[int]], todo: list[int], results: list[Translation], progress: bool,
+        on_batch: BatchDone | None,
+    ) -> None:
+        """Decode the sentences ``todo`` in ``self.processes`` into ``results`` (``decode_sources``)."""
+        with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
+
+            def finish(found: list[tuple[int, Translation]]) -> None:
+                done = [(todo[k], translation) for k, translation in found]
+                for i, translation in done:
+                    results[i] = translation
+                if on_batch is not None:
+                    on_batch(done)
+                bar.update(len(done))
+
+            self.processes.decode(self.cfg, [sources[i] for i in todo], finish)
 
     def _pools(self, batches: list[list[int]]) -> list[list[list[int]]]:
         """Batches decoded in one search call: where ``cfg.refill`` names the strategy (``greedy``, or

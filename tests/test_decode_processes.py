@@ -17,8 +17,8 @@ from export_helpers import demo_model
 from mt.checkpoint import load_checkpoint
 from mt.cli.translate import worker_translator
 from mt.config import DecodeConfig, to_config
-from mt.decode import Translator
-from mt.decode.processes import DecodingProcesses, WorkerError
+from mt.decode import Translation, Translator
+from mt.decode.processes import DecodingProcesses, WorkerError, WorkerLost
 from mt.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,6 +116,37 @@ class DyingTranslator:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class EchoTranslator:
+    """Translates a source into its piece ids as text, one line per ``on_batch`` call (no model, no torch)."""
+
+    def with_config(self, cfg):
+        return self
+
+    def decode_sources(self, sources, on_batch=None):
+        for k, ids in enumerate(sources):
+            on_batch([(k, Translation([], [" ".join(map(str, ids))], len(ids)))])
+
+
+def test_lines_come_back_to_their_places_in_the_call() -> None:
+    sources = [[7, 7, 7], [1], [4, 4], [9] * 9, [2, 2]]
+    heard: dict[int, str] = {}
+    with DecodingProcesses(EchoTranslator, workers=2) as processes:
+        processes.decode(DecodeConfig(), sources, lambda done: heard.update((i, t.text) for i, t in done))
+    assert heard == {i: " ".join(map(str, ids)) for i, ids in enumerate(sources)}
+
+
+def test_a_failing_caller_stops_the_processes_at_once() -> None:
+    """Ctrl-C (or any error) while lines come back: the workers' half-done call is dropped, nothing lingers."""
+
+    def interrupt(done):
+        raise KeyboardInterrupt
+
+    processes = DecodingProcesses(EchoTranslator, workers=2).start()
+    with pytest.raises(KeyboardInterrupt):
+        processes.decode(DecodeConfig(), [[5, 6], [7]], interrupt)
+    assert not any(p.is_alive() for p in processes._processes)
+
+
 def test_a_users_error_while_building_is_raised_with_its_message() -> None:
     with pytest.raises(UserError, match="bf16 instructions"):
         DecodingProcesses(refusing_build, workers=2).start()
@@ -127,7 +158,7 @@ def test_a_crash_while_building_is_a_worker_error_with_its_traceback() -> None:
 
 
 def test_a_killed_process_ends_the_call_with_a_worker_error() -> None:
-    with DecodingProcesses(DyingTranslator, workers=2) as processes, pytest.raises(WorkerError, match="signal 9"):
+    with DecodingProcesses(DyingTranslator, workers=2) as processes, pytest.raises(WorkerLost, match="signal 9"):
         processes.decode(DecodeConfig(), [[5, 6], [7]], lambda done: None)
     with pytest.raises(ValueError, match="closed"):
         processes.decode(DecodeConfig(), [[5]], lambda done: None)

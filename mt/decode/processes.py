@@ -15,8 +15,9 @@ its lines back as they finish. A sentence's output does not depend on the other 
 ties that a different batch shape moves (within 1e-5 of score). Sampling seeds each worker with
 ``seed + rank``.
 
-A worker's ``UserError`` is raised again here with its message; any other failure, or a worker that dies,
-closes every worker and raises ``WorkerError`` with what is known. Workers ignore Ctrl-C: the parent stops them.
+A worker's ``UserError`` is raised again here with its message; any other failure closes every worker and
+raises ``WorkerError`` with the worker's traceback, and a worker that dies (killed) ``WorkerLost``, a
+``UserError`` (one line from a command). Workers ignore Ctrl-C: the parent stops them.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ STOP_S = 10.0  # how long ``close`` waits for a worker to end before terminating
 
 
 class WorkerError(RuntimeError):
-    """A decoding process failed (not the user's input): its traceback, or how it ended."""
+    """A decoding process failed (a bug, not the user's input): its traceback."""
+
+
+class WorkerLost(UserError):
+    """A decoding process died without a word (killed, e.g. by the kernel when memory ran out)."""
 
 
 @dataclasses.dataclass
@@ -161,7 +166,7 @@ class DecodingProcesses:
         return [by_length[rank :: self.workers] for rank in range(self.workers)]
 
     def _receive(self) -> tuple[str, int, int | None, Any]:
-        """The next message of any worker; a ``WorkerError`` if one died without a word."""
+        """The next message of any worker; ``WorkerLost`` if one died without a word."""
         while True:
             try:
                 return self._outbox.get(timeout=POLL_S)
@@ -171,7 +176,7 @@ class DecodingProcesses:
                     self.close(wait=False)
                     name, code = dead[0]
                     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-                    raise WorkerError(f"decoding process {name} {how} (out of memory?)") from None
+                    raise WorkerLost(f"decoding process {name} {how} (out of memory? try fewer --workers)") from None
 
     def _fail(self, failure: _Failure) -> None:
         self.close(wait=False)

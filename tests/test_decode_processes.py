@@ -35,26 +35,29 @@ def settings(ckpt: Path, strategy: str) -> DecodeConfig:
     return dataclasses.replace(cfg.decode, strategy=strategy, beam_size=4 if strategy == "beam" else 1, nbest=1)
 
 
-def outputs(translator: Translator, lines: list[str]) -> list[tuple[str, list[int], float]]:
+def outputs(translator: Translator, lines: list[str], on_batch=None) -> list[tuple[str, list[int], float]]:
     return [(t.text, t.hypotheses[0].tokens if t.hypotheses else [], t.hypotheses[0].score if t.hypotheses else 0.0)
-            for t in translator.translate_nbest(lines)]
+            for t in translator.translate_nbest(lines, on_batch=on_batch)]
 
 
-@pytest.mark.parametrize("strategy", ["beam", "greedy"])
-def test_two_processes_translate_the_demo_test_set_like_one(demo, strategy: str) -> None:
-    decode = settings(demo.ckpt, strategy)
-    lines = demo.sources[:300] + ["", "   "]
-    one = worker_translator(str(demo.ckpt), "fp32", decode)  # the model each process builds, here on 1 thread
-    build = functools.partial(worker_translator, str(demo.ckpt), "fp32", decode)
+def test_two_processes_translate_the_demo_test_set_like_one(demo) -> None:
+    """Beam, then greedy on the same processes (the search settings travel with each call), and ``on_batch``."""
+    lines = demo.sources[:200] + ["", "   "]
+    build = functools.partial(worker_translator, str(demo.ckpt), "fp32", settings(demo.ckpt, "beam"))
     with DecodingProcesses(build, workers=2, threads=1) as processes:
-        several = Translator(None, one.tokenizers, decode, max_positions=one.max_positions, processes=processes)
-        got = outputs(several, lines)
+        for strategy in ("beam", "greedy"):
+            decode = settings(demo.ckpt, strategy)
+            one = worker_translator(str(demo.ckpt), "fp32", decode)  # the model each process builds, on 1 thread
+            several = Translator(None, one.tokenizers, decode, max_positions=one.max_positions, processes=processes)
+            heard: list[int] = []
+            got = outputs(several, lines, on_batch=lambda done, heard=heard: heard.extend(i for i, _ in done))
+            want = outputs(one, lines)
+            assert sorted(heard) == list(range(len(lines)))  # every line once
+            assert got[-2:] == [("", [], 0.0), ("", [], 0.0)]  # empty lines never reach a process
+            moved = [(g, w) for g, w in zip(got, want, strict=True) if g != w]  # other batch shapes: float32 rounding
+            assert all(abs(g[2] - w[2]) <= TIE for g, w in moved), moved
+            assert sum(g[0] != w[0] for g, w in moved) <= len(lines) // 100  # only a tie can change a text
         assert processes.cpu_seconds > 0
-    want = outputs(one, lines)
-    assert got[-2:] == [("", [], 0.0), ("", [], 0.0)]  # empty lines never reach a process
-    moved = [(g, w) for g, w in zip(got, want, strict=True) if g != w]  # other batch shapes: float32 rounding
-    assert all(abs(g[2] - w[2]) <= TIE for g, w in moved), moved
-    assert sum(g[0] != w[0] for g, w in moved) <= len(lines) // 100  # only a tie can change a text
 
 
 def test_each_process_decodes_its_share_exactly_as_one_process_would(demo) -> None:
@@ -80,19 +83,6 @@ def test_shares_partition_the_sentences_with_equal_mixes_of_lengths() -> None:
     assert [len(share) for share in shares] == [4, 3, 3]
     totals = [sum(len(sources[i]) for i in share) for share in shares]
     assert max(totals) - min(totals) <= max(map(len, sources))  # dealt in turn by length: 1, 4, 7, 10 / 2, 5, 8 / ...
-
-
-def test_on_batch_hears_every_line_once(demo) -> None:
-    decode = settings(demo.ckpt, "greedy")
-    lines = demo.sources[:50] + [""]
-    one = worker_translator(str(demo.ckpt), "fp32", decode)
-    build = functools.partial(worker_translator, str(demo.ckpt), "fp32", decode)
-    heard: list[int] = []
-    with DecodingProcesses(build, workers=2, threads=1) as processes:
-        several = Translator(None, one.tokenizers, decode, max_positions=one.max_positions, processes=processes)
-        several.translate_nbest(lines, on_batch=lambda done: heard.extend(i for i, _ in done))
-        several.translate_nbest(lines[:3])  # a second call on the same processes
-    assert sorted(heard) == list(range(len(lines)))
 
 
 # ---- failures: raised here, never a hang --------------------------------------------------------------------

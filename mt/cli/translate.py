@@ -82,7 +82,7 @@ def load_translator_processes(
     from mt.checkpoint import load_tokenizers_and_config
     from mt.config import validate_group
     from mt.decode import Translator
-    from mt.decode.processes import DecodingProcesses
+    from mt.decode.processes import DecodingProcesses, usable_cores
 
     if device.type != "cpu":
         raise UserError(f"--workers {workers} runs decoding processes on the CPU, not {device}; use --workers 1")
@@ -106,13 +106,6 @@ def worker_translator(path: str, precision: str, decode: DecodeConfig) -> Transl
     keep_freed_memory()
     model, tokenizers, cfg = load_for_inference(path, "cpu", pack=True, precision=precision)
     return Translator(model, tokenizers, decode, "cpu", max_positions=cfg.model.max_positions)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def check_precision(precision: str, device) -> None:

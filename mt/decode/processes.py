@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import queue
 import signal
 import time
@@ -40,6 +41,11 @@ if TYPE_CHECKING:
 LinesDone = Callable[[list[tuple[int, "Translation"]]], None]  # (index in the call's sources, translation)
 POLL_S = 0.5  # how often a waiting parent checks that its workers are alive
 STOP_S = 10.0  # how long ``close`` waits for a worker to end before terminating it
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class WorkerError(RuntimeError):

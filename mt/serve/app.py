@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from mt.decode.processes import usable_cores
 from mt.serve.batching import GATHER_BATCHES, BatchingWorker
 from mt.serve.engine import Engine, Options
 from mt.serve.front import Front
@@ -29,10 +29,6 @@ from mt.serve.routes import router
 from mt.serve.settings import ServeSettings
 
 log = logging.getLogger("mt.serve")
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -90,7 +90,7 @@ def translations(ckpt, lines: list[str], strategy: str, pack: bool) -> list[tupl
 @needs_onednn
 @pytest.mark.parametrize("strategy", ["beam", "greedy"])
 def test_packed_model_translates_the_demo_test_set_like_the_plain_one(demo, strategy: str, monkeypatch) -> None:
-    monkeypatch.setattr(packed_linear_module, "small_weights_on_mkl", lambda: False)  # every weight packed
+    monkeypatch.setattr(packed_linear_module, "SMALL_WEIGHTS_ON_MKL", False)  # every weight packed
     packed = translations(demo.ckpt, demo.sources, strategy, pack=True)
     plain = translations(demo.ckpt, demo.sources, strategy, pack=False)
     assert [(text, tokens) for text, tokens, _ in packed] == [(text, tokens) for text, tokens, _ in plain]

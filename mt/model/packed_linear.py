@@ -21,11 +21,12 @@ row) and packs it with its bias for fbgemm (torch's x86 int8 kernels): each prod
 float32 back; everything between the linears stays float32 as with bfloat16. Rows are not padded (the
 padding below bounds oneDNN's kernel caches, which fbgemm does not use).
 
-On an Intel CPU the other way round for small weights: MKL's sgemm has no fixed cost to speak of, oneDNN's
-packed product about 20 us a call (2 threads, an Intel Xeon with AVX-512: 128 -> 128 at 64 rows 16 against 29
-us, at 8 rows 6 against 21 us), while from 512 x 512 up (and the output projection) oneDNN stays 10-30% faster.
-So there weights of at most ``MKL_MAX_ENTRIES`` entries stay plain ``nn.Linear`` in float32
-(``small_weights_on_mkl``): a ``transformer_mini``'s layers; ``mt-translate`` of test2016 8% faster there.
+Small weights the other way round: oneDNN's packed product has a fixed cost of about 10-20 us a call, which
+``F.linear`` does not pay (2 threads, an Intel Xeon with AVX-512: 128 -> 128 at 64 rows 16 against 29 us, at 8
+rows 6 against 21 us), while from 512 x 512 up (and the output projection) oneDNN stays faster. So weights of
+at most ``MKL_MAX_ENTRIES`` entries stay plain ``nn.Linear`` in float32 (``SMALL_WEIGHTS_ON_MKL``): a
+``transformer_mini``'s layers. ``mt-translate`` of test2016 on it is 8% faster for that on the Intel Xeon; on
+the AMD EPYC the decoding race's mt worker is 1.16x (greedy) and 1.24x (beam 4) faster (`docs/benchmarks.md`).
 
 oneDNN builds a kernel for every input shape and keeps it in two caches (its primitive cache and ideep's,
 1,024 entries each by default), about 0.5 MB a shape here. A server meets every row count from 1 to a few
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import functools
 import warnings
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +51,8 @@ from torch import Tensor, nn
 from mt.kernel_cache import bound_kernel_caches
 
 ONEDNN_CACHE_ENTRIES = 256
-MKL_MAX_ENTRIES = 128 * 384  # on Intel CPUs, float32 weights up to this size keep F.linear (module doc)
+MKL_MAX_ENTRIES = 128 * 384  # float32 weights up to this size keep F.linear (module doc)
+SMALL_WEIGHTS_ON_MKL = True  # pack_linears_'s default for keep_small (False: every weight packed)
 # int8 products quantise their input to 7 bits, as torch's own dynamic quantisation does on x86: without
 # VNNI, fbgemm's 8-bit x 8-bit products can saturate their 16-bit sums
 INT8_REDUCE_RANGE = True
@@ -84,16 +85,6 @@ def int8_supported() -> bool:
         and hasattr(torch.ops.quantized, "linear_dynamic")
         and hasattr(torch, "quantize_per_channel")
     )
-
-
-@functools.cache
-def small_weights_on_mkl() -> bool:
-    """Small float32 weights multiply faster unpacked here: an Intel CPU (``/proc/cpuinfo`` says GenuineIntel;
-    elsewhere, and where it cannot be read, every weight is packed, as measured on an AMD EPYC)."""
-    try:
-        return "GenuineIntel" in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
 
 
 def bf16_supported() -> bool:
@@ -187,7 +178,7 @@ def can_pack(model: nn.Module) -> bool:
 def pack_linears_(model: nn.Module, dtype: torch.dtype = torch.float32, *, keep_small: bool | None = None) -> int:
     """In place: every ``nn.Linear`` becomes a ``PackedLinear`` (weights packed as ``dtype``: float32,
     bfloat16 or int8 (``torch.qint8``)) and a decoder with an ``output_weight`` gets a packed output
-    projection; eval mode. ``keep_small`` (default ``small_weights_on_mkl()``): in float32, linears of at most
+    projection; eval mode. ``keep_small`` (default ``SMALL_WEIGHTS_ON_MKL``): in float32, linears of at most
     ``MKL_MAX_ENTRIES`` weights stay ``nn.Linear``. Returns how many weights were packed (0 when ``can_pack``
     says no: the model is left as it was, still correct). bfloat16 needs ``bf16_supported()``, int8 ``int8_supported()``
     (ValueError otherwise)."""
@@ -200,7 +191,7 @@ def pack_linears_(model: nn.Module, dtype: torch.dtype = torch.float32, *, keep_
     if dtype == torch.qint8 and not int8_supported():
         raise ValueError("int8 linears need torch's fbgemm kernels (an x86 CPU build of torch)")
     model.eval()
-    keep_small = (small_weights_on_mkl() if keep_small is None else keep_small) and dtype == torch.float32
+    keep_small = (SMALL_WEIGHTS_ON_MKL if keep_small is None else keep_small) and dtype == torch.float32
     count = 0
     for module in model.modules():
         if type(module) is nn.Linear and not (keep_small and module.weight.numel() <= MKL_MAX_ENTRIES):

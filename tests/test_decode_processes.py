@@ -44,11 +44,12 @@ def test_two_processes_translate_the_demo_test_set_like_one(demo) -> None:
     """Beam, then greedy on the same processes (the search settings travel with each call), and ``on_batch``."""
     lines = demo.sources[:200] + ["", "   "]
     build = functools.partial(worker_translator, str(demo.ckpt), "fp32", settings(demo.ckpt, "beam"))
+    plain = build()  # the model each process builds, here on 1 thread
     with DecodingProcesses(build, workers=2, threads=1) as processes:
+        pooled = Translator(None, plain.tokenizers, plain.cfg, max_positions=plain.max_positions, processes=processes)
         for strategy in ("beam", "greedy"):
             decode = settings(demo.ckpt, strategy)
-            one = worker_translator(str(demo.ckpt), "fp32", decode)  # the model each process builds, on 1 thread
-            several = Translator(None, one.tokenizers, decode, max_positions=one.max_positions, processes=processes)
+            one, several = plain.with_config(decode), pooled.with_config(decode)
             heard: list[int] = []
             got = outputs(several, lines, on_batch=lambda done, heard=heard: heard.extend(i for i, _ in done))
             want = outputs(one, lines)
@@ -147,7 +148,7 @@ def test_a_crash_while_building_is_a_worker_error_with_its_traceback() -> None:
         DecodingProcesses(crashing_build, workers=1).start()
 
 
-def test_a_killed_process_ends_the_call_with_a_worker_error() -> None:
+def test_a_killed_process_ends_the_call_with_worker_lost() -> None:
     with DecodingProcesses(DyingTranslator, workers=2) as processes, pytest.raises(WorkerLost, match="signal 9"):
         processes.decode(DecodeConfig(), [[5, 6], [7]], lambda done: None)
     with pytest.raises(ValueError, match="closed"):

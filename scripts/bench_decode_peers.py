@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 
 from bench_ct2 import read_lines
-from bench_peers import BUSY_PERCENT, busy_processes, git_commit, thread_env
+from bench_peers import git_commit, refuse_if_busy, thread_env
 
 REPO = Path(__file__).resolve().parents[1]
 MINI_RUN, MINI_UPDATES = "bench_decode_mini", 1000
@@ -353,11 +353,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    busy = [] if args.force else busy_processes()
-    if busy:
-        listing = "\n".join(f"  pid {pid}: {pct:.0f}% CPU  {cmd}" for pid, pct, cmd in busy)
-        raise SystemExit(f"refusing to benchmark: other processes are busy (> {BUSY_PERCENT:.0f}% of a core):\n"
-                         f"{listing}\nwait for them to finish, or pass --force (the figures would then mean little)")
+    refuse_if_busy(args.force)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     mini = args.ckpt_mini or train_mini(args.data_dir)
     base = random_checkpoint(mini, args.work_dir / "base.pt", args.base_model, args.base_overrides)

@@ -193,6 +193,16 @@ def busy_processes(seconds: float = 2.0) -> list[tuple[int, float, str]]:
     return busy
 
 
+def refuse_if_busy(force: bool) -> None:
+    """Exit with the busy processes listed when another process uses the CPU (a benchmark beside it would mean
+    little); ``force`` skips the check."""
+    busy = [] if force else busy_processes()
+    if busy:
+        listing = "\n".join(f"  pid {pid}: {pct:.0f}% CPU  {cmd}" for pid, pct, cmd in busy)
+        raise SystemExit(f"refusing to benchmark: other processes are busy (> {BUSY_PERCENT:.0f}% of a core):\n"
+                         f"{listing}\nwait for them to finish, or pass --force (the figures would then mean little)")
+
+
 def peers_paths(peers_dir: Path) -> dict[str, Path]:
     """PEERS_ROOT, PEERS_VENV, PEERS_DATA, PEERS_LOGS exactly as the harness' common.sh resolves them."""
     names = ("PEERS_ROOT", "PEERS_VENV", "PEERS_DATA", "PEERS_LOGS")
@@ -396,11 +406,7 @@ def main() -> None:
     args.peers_dir, args.cache_dir = args.peers_dir.resolve(), args.cache_dir.resolve()
     if not (args.peers_dir / "train_fairseq.sh").exists():
         raise SystemExit(f"no peer harness in {args.peers_dir} (train_fairseq.sh missing): give --peers-dir")
-    busy = busy_processes()
-    if busy and not args.force:
-        listing = "\n".join(f"  pid {pid}: {pct:.0f}% CPU  {cmd}" for pid, pct, cmd in busy)
-        raise SystemExit(f"refusing to benchmark: other processes are busy (> {BUSY_PERCENT:.0f}% of a core):\n"
-                         f"{listing}\nwait for them to finish, or pass --force (the figures would then mean little)")
+    refuse_if_busy(args.force)
     paths = prepare(args)
     timing = load_timing(args.peers_dir)
     updates = {"transformer_small": args.updates_small, "transformer_mini": args.updates_mini}

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench_ct2 import read_lines
-from bench_peers import BUSY_PERCENT, busy_processes, git_commit, thread_env
+from bench_peers import git_commit, refuse_if_busy, thread_env
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINES = ("mt", "ct2")
@@ -177,11 +177,7 @@ def worker_spec(args: argparse.Namespace, ckpt: Path) -> dict:
 
 def main() -> None:
     args = parse_args()
-    busy = [] if args.force else busy_processes()
-    if busy:
-        listing = "\n".join(f"  pid {pid}: {pct:.0f}% CPU  {cmd}" for pid, pct, cmd in busy)
-        raise SystemExit(f"refusing to benchmark: other processes are busy (> {BUSY_PERCENT:.0f}% of a core):\n"
-                         f"{listing}\nwait for them to finish, or pass --force (the figures would then mean little)")
+    refuse_if_busy(args.force)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     if args.ckpt_mini is None:
         from bench_decode_peers import train_mini

@@ -146,14 +146,22 @@ def mt_searches(base, lines: list[str], settings) -> dict:
     return results
 
 
-def ct2_worker(spec: dict) -> dict:
-    import ctranslate2
+def ct2_tokenizers(model: Path):
+    """The exported model's SentencePiece processors (source, target): one joint ``spm.model``, or
+    ``src.model`` and ``tgt.model`` (``mt.data.Tokenizers.save``)."""
     import sentencepiece as spm
 
+    if (model / "spm.model").exists():
+        joint = spm.SentencePieceProcessor(model_file=str(model / "spm.model"))
+        return joint, joint
+    return tuple(spm.SentencePieceProcessor(model_file=str(model / name)) for name in ("src.model", "tgt.model"))
+
+
+def ct2_worker(spec: dict) -> dict:
+    import ctranslate2
+
     model = Path(spec["model"])
-    joint = (model / "spm.model").exists()  # else src.model and tgt.model (mt.data.Tokenizers.save)
-    source_sp = spm.SentencePieceProcessor(model_file=str(model / ("spm.model" if joint else "src.model")))
-    target_sp = source_sp if joint else spm.SentencePieceProcessor(model_file=str(model / "tgt.model"))
+    source_sp, target_sp = ct2_tokenizers(model)
     translator = ctranslate2.Translator(str(model), device="cpu", compute_type=CT2_COMPUTE[spec["precision"]],
                                         intra_threads=spec["threads"] // spec["ct2_inter"],  # >= 1: parse_args
                                         inter_threads=spec["ct2_inter"])

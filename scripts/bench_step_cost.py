@@ -92,12 +92,10 @@ def mt_worker(spec: dict) -> dict[str, dict]:
 
 def ct2_worker(spec: dict) -> dict[str, dict]:
     import ctranslate2
-    import sentencepiece as spm
+    from bench_decode_peers import ct2_tokenizers
 
     model = Path(spec["model"])
-    joint = (model / "spm.model").exists()  # else src.model and tgt.model (mt.data.Tokenizers.save)
-    source_sp = spm.SentencePieceProcessor(model_file=str(model / ("spm.model" if joint else "src.model")))
-    target_sp = source_sp if joint else spm.SentencePieceProcessor(model_file=str(model / "tgt.model"))
+    source_sp, target_sp = ct2_tokenizers(model)
     translator = ctranslate2.Translator(str(model), device="cpu", compute_type="float32",
                                         intra_threads=spec["threads"], inter_threads=1)
 

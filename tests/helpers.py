@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -55,3 +57,16 @@ def load_script(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def script_with_siblings(name: str, siblings: tuple[str, ...]) -> Iterator[ModuleType]:
+    """``load_script(name)`` for a script that imports the sibling scripts ``siblings``: scripts/ is on
+    ``sys.path`` meanwhile, and the script and its siblings leave ``sys.modules`` after."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        yield load_script(name)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+        for module in (name, *siblings):
+            sys.modules.pop(module, None)

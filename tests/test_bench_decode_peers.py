@@ -10,20 +10,15 @@ import sys
 
 import pytest
 from export_helpers import untrained_checkpoint
-from helpers import SCRIPTS, load_script
+from helpers import SCRIPTS, script_with_siblings
 
 REPO = SCRIPTS.parent
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(SCRIPTS))  # the script imports its siblings bench_ct2 and bench_peers
-    try:
-        yield load_script("bench_decode_peers")
-    finally:
-        sys.path.remove(str(SCRIPTS))
-        for name in ("bench_decode_peers", "bench_ct2", "bench_peers"):
-            sys.modules.pop(name, None)
+    with script_with_siblings("bench_decode_peers", ("bench_ct2", "bench_peers")) as script:
+        yield script
 
 
 def test_ratio_lines_are_mt_over_ctranslate2_per_model_and_search(bench):

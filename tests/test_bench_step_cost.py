@@ -9,20 +9,15 @@ import sys
 
 import pytest
 from export_helpers import untrained_checkpoint
-from helpers import SCRIPTS, load_script
+from helpers import SCRIPTS, script_with_siblings
 
 REPO = SCRIPTS.parent
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(SCRIPTS))  # the script imports its siblings bench_ct2 and bench_peers
-    try:
-        yield load_script("bench_step_cost")
-    finally:
-        sys.path.remove(str(SCRIPTS))
-        for name in ("bench_step_cost", "bench_ct2", "bench_peers"):
-            sys.modules.pop(name, None)
+    with script_with_siblings("bench_step_cost", ("bench_ct2", "bench_peers", "bench_decode_peers")) as script:
+        yield script
 
 
 def test_split_cost_is_the_one_row_step_and_the_slope_to_the_most_rows(bench):

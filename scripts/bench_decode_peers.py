@@ -136,7 +136,7 @@ def mt_searches(base, lines: list[str], settings) -> dict:
         decoder = base.with_config(settings(search, base.cfg))
         workers_cpu = base.processes.cpu_seconds if base.processes is not None else 0.0
         wall, cpu = time.perf_counter(), time.process_time()
-        out = decoder.translate_nbest(lines)
+        out = decoder.translate_nbest(lines, scores=False)  # as CTranslate2 without return_scores
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         if base.processes is not None:
             cpu += base.processes.cpu_seconds - workers_cpu

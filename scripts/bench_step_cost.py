@@ -84,7 +84,7 @@ def mt_worker(spec: dict) -> dict[str, dict]:
     translator = Translator(model, tokenizers, decode, "cpu", max_positions=spec["max_positions"])
 
     def translate(batch: list[str]) -> tuple[list[str], list[int]]:
-        out = translator.translate_nbest(batch)
+        out = translator.translate_nbest(batch, scores=False)  # as CTranslate2 without return_scores
         return [t.text for t in out], [len(t.hypotheses[0].tokens) for t in out]
 
     return time_batches(translate, read_lines(Path(spec["input"]), max(spec["rows"])), spec)

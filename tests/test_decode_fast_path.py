@@ -4,6 +4,7 @@ outputs bit for bit, on the trained demo model and on random models with every l
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -36,6 +37,24 @@ def test_fast_path_translates_the_demo_test_set_exactly_like_the_plain_path(demo
     plain = translations(demo.ckpt, demo.sources, strategy, fast=False)
     assert sum(text == ref for (text, *_), ref in zip(fast, demo.references, strict=True)) > len(fast) // 2  # trained
     assert fast == plain  # texts, tokens and float scores, every line
+
+
+LIMITS = [{}, {"min_len": 5, "max_len_a": 0.0, "max_len_b": 7}]  # the second forces and bans EOS
+
+
+@pytest.mark.parametrize("limits", LIMITS, ids=["default", "min-max"])
+def test_greedy_without_scores_picks_the_same_tokens_and_leaves_scores_nan(demo, limits: dict) -> None:
+    model, tokenizers, cfg = load_for_inference(demo.ckpt)
+    settings = dataclasses.replace(cfg.decode, strategy="greedy", beam_size=1, nbest=1, **limits)
+    translator = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions)
+    scored = translator.translate_nbest(demo.sources)
+    bare = translator.translate_nbest(demo.sources, scores=False)
+    assert [t.hypotheses[0].tokens for t in bare] == [t.hypotheses[0].tokens for t in scored]
+    assert all(math.isnan(t.hypotheses[0].score) and math.isnan(t.hypotheses[0].logprob) for t in bare)
+    assert not any(math.isnan(t.hypotheses[0].score) for t in scored)
+    assert translator.translate(demo.sources) == [t.text for t in scored]  # text only: no scores needed
+    if limits:
+        assert {len(t.hypotheses[0].tokens) for t in bare} <= set(range(5, 8))
 
 
 OPTIONS = [

@@ -167,3 +167,37 @@ def test_multi_head_attention_cache_grows_self_and_fills_cross_once() -> None:
     assert kv.cross_k is not None and kv.cross_k.shape == (2, 4, 9, 4)
     again = cross_attn(x[:, :1], None, cache=layer)  # memory is not read once the cache is filled
     assert torch.equal(first, again)
+
+
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("masked", [False, True])
+@torch.inference_mode()
+def test_a_decoding_step_by_3d_matmuls_equals_attention_bit_for_bit(group: int, masked: bool) -> None:
+    gen = torch.Generator().manual_seed(0)
+    rows, heads, keys, head_dim = 6, 4, 9, 8
+    buffer = torch.randn(rows, heads, 16, head_dim, generator=gen)  # a KV buffer of capacity 16: k, v are slices
+    k, v = buffer[:, :, :keys], buffer.flip(3)[:, :, :keys]
+    q = torch.randn(rows * group, 3 * heads * head_dim, generator=gen)[:, : heads * head_dim]  # strided rows
+    q = q.view(rows * group, heads, 1, head_dim)
+    mask = None
+    if masked:  # additive, (rows, 1, 1, L): a ragged batch's or the source's padding
+        blocked = torch.arange(keys) > torch.arange(rows)[:, None, None, None] + 2  # row r sees r + 3 keys
+        mask = torch.zeros(rows, 1, 1, keys).masked_fill_(blocked, float("-inf"))
+    cached = attention_module.CachedKeys(k, v, mask, group=group)
+    fast = cached.attend_step(q)
+    assert fast.shape == (rows * group, heads, 1, head_dim)
+    assert torch.equal(fast, cached.attend(q))
+
+
+@torch.inference_mode()
+def test_the_3d_matmul_path_declines_what_it_cannot_do_alike() -> None:
+    q, k = torch.randn(2, 4, 1, 8), torch.randn(2, 4, 5, 8)
+    applies = attention_module.bmm_applies
+    assert applies(q, k, None, is_causal=True)  # one query sees every key
+    assert not applies(torch.randn(2, 4, 3, 8), k, None, is_causal=True)  # a causal mask to build
+    assert not applies(q, k[:, :2], None, is_causal=False)  # grouped-query attention
+    assert not applies(q, k, torch.ones(2, 1, 1, 5, dtype=torch.bool), is_causal=False)  # a bool mask
+    assert not applies(q.double(), k.double(), None, is_causal=False)
+    assert not applies(q, torch.randn(2, 4, attention_module.MATMUL_MAX_SCORES + 1, 8), None, is_causal=False)
+    with torch.enable_grad():
+        assert not applies(q, k, None, is_causal=False)

@@ -176,7 +176,7 @@ def write_all(
     translator: Translator, lines: Sequence[str], out: TextIO, progress: bool, target: str | None = None
 ) -> None:
     nbest = output_nbest(translator)
-    translations = translator.translate_nbest(lines, progress=progress, target_lang=target)
+    translations = translator.translate_nbest(lines, progress=progress, target_lang=target, scores=nbest > 1)
     for number, translation in enumerate(translations, start=1):
         out.write(format_output(translation, number, nbest))
 
@@ -186,7 +186,8 @@ def interactive(translator: Translator, lines: Iterable[str], out: TextIO, targe
     nbest = output_nbest(translator)
     for number, line in enumerate(lines, start=1):
         check_lengths(translator, [line], "<stdin>", first=number, target=target)
-        out.write(format_output(translator.translate_nbest([line], target_lang=target)[0], number, nbest))
+        translation = translator.translate_nbest([line], target_lang=target, scores=nbest > 1)[0]
+        out.write(format_output(translation, number, nbest))
         out.flush()
 
 

@@ -12,6 +12,7 @@ return a better-scoring output (``mt.decode.stopping``).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from mt.decode.common import (
     DecodableModel,
     Hypothesis,
     argmax_rows,
+    ban_,
     ban_eos_,
     fill_from_the_end,
     force_eos_,
@@ -52,15 +54,20 @@ def decode_single_path(
     vocab_size: int | None = None,
     live: list[int] | None = None,
     on_done: SentencesDone | None = None,
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence of src (B, S), each next token picked by ``choose``.
 
     ``max_len``, ``min_len``: pieces per sentence at most, and before EOS is allowed; ``penalty``,
     ``alpha``: the length penalty of the score; ids ``>= vocab_size`` are never generated; ``live``:
     continuous batching (``mt.decode.refill``); ``on_done`` hears sentences as soon as they end.
+    ``scores=False`` (a ``choose`` that picks the largest entry): ``choose`` sees the logits instead of the
+    log-probs, so no step computes a log-softmax over the vocabulary (CTranslate2 does the same without
+    ``return_scores``); the largest entry is the same, as the log-softmax subtracts one constant from a
+    row, unless float32 rounding makes the two largest log-probs equal. Scores and logprobs are NaN.
     """
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
-    limits = _Limits(max_len, min_len, penalty, alpha)
+    limits = _Limits(max_len, min_len, penalty, alpha, scores)
     queue = SentenceQueue(src, src_pad_mask, live)
     while queue:
         _decode_rows(model, queue, choose, results, limits, vocab_size, on_done)
@@ -75,8 +82,11 @@ class _Limits:
     min_len: list[int]
     penalty: str
     alpha: float
+    scores: bool = True  # False: no log-probs, NaN scores (``decode_single_path``)
 
     def hypothesis(self, tokens: list[int], logprob: float) -> Hypothesis:
+        if not self.scores:
+            return Hypothesis(tokens, math.nan, math.nan)
         return Hypothesis(tokens, logprob / length_penalty(len(tokens) + 1, self.penalty, self.alpha), logprob)
 
 
@@ -142,14 +152,17 @@ def _decode_rows(
     cache = model.new_cache()
 
     for step in itertools.count():
-        lprobs = log_probs(model.decode(rows.tokens[:, -1:], enc, cache), vocab_size)  # (B', V)
+        logits = model.decode(rows.tokens[:, -1:], enc, cache)  # (B', 1, V)
+        # (B', V): the log-probs, or without scores the logits (the same largest entry), PAD/BOS banned in both
+        candidates = log_probs(logits, vocab_size) if limits.scores else ban_(logits[:, -1, :].float(), vocab_size)
         at_limit = step >= rows.limit  # (B',)
         if bool(at_limit.any()):
-            force_eos_(lprobs, at_limit)
+            force_eos_(candidates, at_limit)
         if step < ban_until:
-            ban_eos_(lprobs, step < rows.shortest)
-        tok = choose(lprobs)  # (B',)
-        rows.logprob = rows.logprob + lprobs.gather(1, tok.unsqueeze(1)).squeeze(1)
+            ban_eos_(candidates, step < rows.shortest)
+        tok = choose(candidates)  # (B',)
+        if limits.scores:
+            rows.logprob = rows.logprob + candidates.gather(1, tok.unsqueeze(1)).squeeze(1)
         rows.tokens = torch.cat([rows.tokens, tok.unsqueeze(1)], dim=1)  # (B', t + 2)
         ended = tok == EOS_ID  # (B',)
         if bool(ended.any()):
@@ -186,18 +199,22 @@ def greedy_search(
     vocab_size: int | None = None,
     live: list[int] | None = None,
     on_done: SentencesDone | None = None,
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """The greedy output of each sentence of src (B, S), as a one-element n-best list.
 
     Uses ``cfg.length_penalty``, ``alpha`` (the score), ``max_len_a``, ``max_len_b``, ``min_len``;
-    ``live``: continuous batching (``mt.decode.refill``); ``on_done``: sentences as soon as they end."""
-    return decode_with_config(model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live, on_done)
+    ``live``: continuous batching (``mt.decode.refill``); ``on_done``: sentences as soon as they end;
+    ``scores=False``: the same tokens without the log-softmax, NaN scores (``decode_single_path``)."""
+    return decode_with_config(
+        model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live, on_done, scores=scores
+    )
 
 
 def decode_with_config(
     model: DecodableModel, src: Tensor, src_pad_mask: Tensor, choose: Chooser, cfg: DecodeConfig,
     max_positions: int | None, vocab_size: int | None, live: list[int] | None = None,
-    on_done: SentencesDone | None = None,
+    on_done: SentencesDone | None = None, *, scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """``decode_single_path`` with the limits and the penalty of ``cfg`` (greedy and sampling share it)."""
     check_penalty(cfg.length_penalty)
@@ -206,5 +223,5 @@ def decode_with_config(
         model, src, src_pad_mask, choose,
         max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
         penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size, live=live,
-        on_done=on_done,
+        on_done=on_done, scores=scores,
     )

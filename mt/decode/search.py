@@ -31,6 +31,7 @@ def search(
     generator: torch.Generator | None = None,
     live: list[int] | None = None,
     on_done: SentencesDone | None = None,
+    scores: bool = True,
 ) -> list[list[Hypothesis]]:
     """Decode src (B, S) with ``cfg.strategy``: one n-best list per sentence, best first.
 
@@ -38,14 +39,16 @@ def search(
     tokenizer's size (ids at or past it are embedding padding and never generated); ``generator``:
     the random source of ``sample`` (default: seeded with ``cfg.seed`` per call); ``live``: continuous
     batching for beam and greedy search (``mt.decode.refill``; sampling decodes the batch whole);
-    ``on_done``: beam and greedy search report sentences as soon as they are final (sampling does not).
+    ``on_done``: beam and greedy search report sentences as soon as they are final (sampling does not);
+    ``scores=False``: greedy search skips the log-softmax and gives NaN scores (the tokens are the same;
+    beam search and sampling need the log-probs and compute them anyway).
     """
     check_strategy(cfg.strategy)
     limits = dict(max_positions=max_positions, vocab_size=vocab_size)
     if cfg.strategy == "beam":
         return beam_search(model, src, src_pad_mask, cfg, live=live, on_done=on_done, **limits)
     if cfg.strategy == "greedy":
-        return greedy_search(model, src, src_pad_mask, cfg, live=live, on_done=on_done, **limits)
+        return greedy_search(model, src, src_pad_mask, cfg, live=live, on_done=on_done, scores=scores, **limits)
     return sample(model, src, src_pad_mask, cfg, generator=generator, **limits)
 
 

@@ -132,18 +132,20 @@ class Translator:
         ``target_lang`` (a multilingual model's target, e.g. ``fr``) puts its tag before every source; a
         sequence of them (one per line) asks each line for its own target, in one batch.
         """
-        return [t.text for t in self.translate_nbest(lines, progress, target_lang)]
+        return [t.text for t in self.translate_nbest(lines, progress, target_lang, scores=False)]
 
     def translate_nbest(
         self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None,
-        on_batch: BatchDone | None = None,
+        on_batch: BatchDone | None = None, scores: bool = True,
     ) -> list[Translation]:
         """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line.
 
         ``on_batch`` (if given) gets the lines of each decoded batch as soon as it is done (with refill,
         ``cfg.refill``: lines as they end), empty lines first; every line is in exactly one call.
+        ``scores=False``: greedy search skips the log-softmax, and its hypotheses' scores are NaN
+        (``mt.decode.greedy``); beam search and sampling score anyway.
         """
-        return self.decode_sources(self.encode_lines(lines, target_lang), progress, on_batch)
+        return self.decode_sources(self.encode_lines(lines, target_lang), progress, on_batch, scores)
 
     def with_config(self, cfg: DecodeConfig) -> Translator:
         """This translator (the same model, tokenizers and limits) with other search settings."""
@@ -151,7 +153,8 @@ class Translator:
                           max_src_len=self.max_src_len, processes=self.processes)
 
     def decode_sources(
-        self, sources: list[list[int]], progress: bool = False, on_batch: BatchDone | None = None
+        self, sources: list[list[int]], progress: bool = False, on_batch: BatchDone | None = None,
+        scores: bool = True,
     ) -> list[Translation]:
         """``translate_nbest`` of sources already encoded (``encode_lines``; [] for an empty line); with
         ``processes``, their sentences are shared out among the decoding processes."""
@@ -161,7 +164,7 @@ class Translator:
         if on_batch is not None and empty:
             on_batch(empty)
         if self.processes is not None:
-            self._decode_in_processes(sources, todo, results, progress, on_batch)
+            self._decode_in_processes(sources, todo, results, progress, on_batch, scores)
             return results
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
         was_training = self.model.training
@@ -171,14 +174,14 @@ class Translator:
                 total=len(todo), unit="sent", disable=not progress, file=sys.stderr
             ) as bar:
                 for pool in self._pools(self._batches(todo, sources)):
-                    self._translate_pool(sources, pool, generator, results, on_batch, bar.update)
+                    self._translate_pool(sources, pool, generator, results, on_batch, bar.update, scores)
         finally:
             self.model.train(was_training)
         return results
 
     def _decode_in_processes(
         self, sources: list[list[int]], todo: list[int], results: list[Translation], progress: bool,
-        on_batch: BatchDone | None,
+        on_batch: BatchDone | None, scores: bool,
     ) -> None:
         """Decode the sentences ``todo`` in ``self.processes`` into ``results`` (``decode_sources``)."""
         with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
@@ -191,7 +194,7 @@ class Translator:
                     on_batch(done)
                 bar.update(len(done))
 
-            self.processes.decode(self.cfg, [sources[i] for i in todo], finish)
+            self.processes.decode(self.cfg, [sources[i] for i in todo], finish, scores)
 
     def _pools(self, batches: list[list[int]]) -> list[list[list[int]]]:
         """Batches decoded in one search call: where ``cfg.refill`` names the strategy (``greedy``, or
@@ -204,6 +207,7 @@ class Translator:
     def _translate_pool(
         self, sources: list[list[int]], pool: list[list[int]], generator: torch.Generator,
         results: list[Translation], on_batch: BatchDone | None, progress: Callable[[int], object],
+        scores: bool,
     ) -> None:
         """Decode the batches of ``pool`` (line indices) in one search call into ``results``: a pool of
         several refills (``mt.decode.refill``; each sentence's batch size bounds the sentences live beside
@@ -229,7 +233,7 @@ class Translator:
         nbests = search(
             self.model, src, src_pad_mask, self.cfg, max_positions=self.max_positions,
             vocab_size=self.tokenizers.tgt.vocab_size, generator=generator, live=live,
-            on_done=finish if live is not None else None,
+            on_done=finish if live is not None else None, scores=scores,
         )
         if live is None:
             finish(list(enumerate(nbests)))

@@ -56,7 +56,7 @@ def timed_translate(
 ) -> tuple[list[Translation], Speed]:
     """Translate ``sources`` (into ``target_lang`` for a multilingual model) and measure the time it takes."""
     start = time.perf_counter()
-    translations = translator.translate_nbest(sources, progress=progress, target_lang=target_lang)
+    translations = translator.translate_nbest(sources, progress=progress, target_lang=target_lang, scores=False)
     wall = time.perf_counter() - start
     speed = Speed(
         sentences=len(sources),

@@ -151,14 +151,60 @@ def grouped_attention(
     group's row, so the keys and values are read once per group instead of once per row (beam search:
     the K beams of a sentence share its source and their self-attention keys, see mt.model.beam_cache).
     """
+    if q.size(0) != group * k.size(0):
+        raise ValueError(f"{q.size(0)} query rows are not {k.size(0)} key rows x group {group}")
+    out, _ = attention(group_queries(q, group), k, v, mask, dropout_p=dropout_p)  # (B, H, g*T, Dh)
+    return ungroup_queries(out, group)
+
+
+def group_queries(q: Tensor, group: int) -> Tensor:
+    """(B*g, H, T, Dh) -> (B, H, g*T, Dh): each ``group`` consecutive rows' queries as one row's, ordered
+    (row in group, step)."""
     rows, heads, length, head_dim = q.shape
-    n_groups = k.size(0)
-    if rows != group * n_groups:
-        raise ValueError(f"{rows} query rows are not {n_groups} key rows x group {group}")
-    q = q.view(n_groups, group, heads, length, head_dim).transpose(1, 2)
-    q = q.reshape(n_groups, heads, group * length, head_dim)  # (B, H, g*T, Dh)
-    out, _ = attention(q, k, v, mask, dropout_p=dropout_p)  # (B, H, g*T, Dh)
-    return out.view(n_groups, heads, group, length, head_dim).transpose(1, 2).reshape(rows, heads, length, head_dim)
+    q = q.view(rows // group, group, heads, length, head_dim).transpose(1, 2)
+    return q.reshape(rows // group, heads, group * length, head_dim)
+
+
+def ungroup_queries(out: Tensor, group: int) -> Tensor:
+    """``group_queries`` undone: (B, H, g*T, Dh) -> (B*g, H, T, Dh)."""
+    n_groups, heads, queries, head_dim = out.shape
+    length = queries // group
+    out = out.view(n_groups, heads, group, length, head_dim).transpose(1, 2)
+    return out.reshape(n_groups * group, heads, length, head_dim)
+
+
+def attend_by_bmm(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """``attention(q, k, v, mask)[0]`` where ``bmm_applies``: the reference path's two batched matmuls,
+    called on 3-D views (a 4-D ``matmul`` adds its own expand, reshape and view calls to each), so the same
+    kernels see the same operands and the result is the same bit for bit.
+
+    q (N, H, T, Dh); k, v (N, H, L, Dh); mask additive, broadcastable to (N, H, T, L), or None -> (N, H, T, Dh).
+    """
+    rows, heads, queries, head_dim = q.shape
+    keys = k.size(-2)
+    flat_q = q.reshape(rows * heads, queries, head_dim)  # a view where q's (N, H) merge, else the copy matmul makes
+    scores = torch.bmm(flat_q, k.reshape(rows * heads, keys, head_dim).transpose(1, 2))  # (N H, T, L)
+    scores = scores.mul_(1.0 / math.sqrt(head_dim)).view(rows, heads, queries, keys)
+    if mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1)  # (N, H, T, L)
+    out = torch.bmm(weights.view(rows * heads, queries, keys), v.reshape(rows * heads, keys, head_dim))
+    return out.view(rows, heads, queries, head_dim)
+
+
+def bmm_applies(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool) -> bool:
+    """Whether ``attend_by_bmm`` gives ``attention``'s result: float32 on a CPU without autograd, where the
+    reference path attends by matmuls (``matmuls_are_faster``), one K/V head per query head, an additive
+    mask or none, and no causal mask to build (one query sees every cached key)."""
+    return (
+        q.dtype == torch.float32
+        and q.device.type == "cpu"
+        and not torch.is_grad_enabled()
+        and k.size(-3) == q.size(-3)
+        and (mask is None or mask.dtype != torch.bool)
+        and (not is_causal or q.size(-2) == 1)
+        and q.size(-2) * k.size(-2) <= MATMUL_MAX_SCORES
+    )
 
 
 @dataclass
@@ -181,6 +227,17 @@ class CachedKeys:
         if self.group == 1:
             return attention(q, self.k, self.v, self.mask, is_causal=self.is_causal, dropout_p=dropout_p)[0]
         return grouped_attention(q, self.k, self.v, self.mask, self.group, dropout_p=dropout_p)
+
+    def attend_step(self, q: Tensor) -> Tensor:
+        """``attend(q)`` in inference, by ``attend_by_bmm`` where it applies (a decoding step's fast path)."""
+        if self.group == 1:
+            if bmm_applies(q, self.k, self.mask, self.is_causal):
+                return attend_by_bmm(q, self.k, self.v, self.mask)
+            return self.attend(q)
+        grouped = group_queries(q, self.group)  # (N / g, H, g T, Dh)
+        if not bmm_applies(grouped, self.k, self.mask, False):
+            return self.attend(q)
+        return ungroup_queries(attend_by_bmm(grouped, self.k, self.v, self.mask), self.group)
 
 
 class AttentionCache(Protocol):

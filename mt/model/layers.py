@@ -61,11 +61,11 @@ class FeedForward(nn.Module):
         return self.fc2(self.dropout(h))
 
     def step(self, x: Tensor) -> Tensor:
-        """``forward`` in inference (no dropout): the same ops."""
-        h = self.activation(self.fc1(x))  # (B, T, hidden)
+        """``forward`` in inference (no dropout): the same ops, without the module calls."""
+        h = self.activation.forward(self.fc1.forward(x))  # (B, T, hidden)
         if self.gate is not None:
-            h = h * self.gate(x)
-        return self.fc2(h)
+            h = h * self.gate.forward(x)
+        return self.fc2.forward(h)
 
 
 class Residual(nn.Module):
@@ -90,12 +90,12 @@ class Residual(nn.Module):
 
     def sublayer_input(self, x: Tensor) -> Tensor:
         """What ``forward`` feeds the sublayer (for inspecting it, e.g. attention weights)."""
-        return self.norm(x) if self.pre_ln else x
+        return self.norm.forward(x) if self.pre_ln else x
 
     def close(self, x: Tensor, out: Tensor) -> Tensor:
         """``forward``'s result from the sublayer's output ``out`` on ``sublayer_input(x)``, in inference
         (dropout is the identity): decoding steps call the two halves instead of passing a closure."""
-        return x + out if self.pre_ln else self.norm(x + out)
+        return x + out if self.pre_ln else self.norm.forward(x + out)
 
 
 class EncoderLayer(nn.Module):

@@ -114,21 +114,23 @@ class MultiHeadAttention(nn.Module):
 
     def step(self, x: Tensor, memory: Tensor | None, cache: AttentionCache, start: int | Tensor) -> Tensor:
         """``forward(x, memory, cache=cache, start=start)`` in inference (no dropout), with fewer Python
-        calls per decoding step (the same ops, so the result is the same bit for bit). x (N, T, D) -> (N, T, D)."""
+        calls per decoding step: the linears' ``forward`` without the module call (no hooks run here) and
+        ``attend_step``'s matmuls on 3-D views; the same kernels on the same operands, so the result is
+        the same bit for bit. x (N, T, D) -> (N, T, D)."""
         plain = self.q_norm is None and self.rope is None
         if self.self_attention:
             if self.fused and plain:
                 n, length, _ = x.shape
-                qkv = self.qkv(x).view(n, length, 3, self.heads, self.head_dim)  # (N, T, 3, H, Dh)
+                qkv = self.qkv.forward(x).view(n, length, 3, self.heads, self.head_dim)  # (N, T, 3, H, Dh)
                 # the views _project makes (same storage and strides), in 2 ops instead of 7
                 q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (N, H, T, Dh) each
             else:
                 q, k, v = self._project(x, None, start)
-            out = cache.self_kv(k, v).attend(q)
+            out = cache.self_kv(k, v).attend_step(q)
         else:
-            q = self._split_heads(self.q(x), self.heads) if plain else self._queries(x)
-            out = cache.cross_kv(lambda: self.project_memory(memory)).attend(q)
-        return self.out(self._merge_heads(out))  # (N, T, D)
+            q = self._split_heads(self.q.forward(x), self.heads) if plain else self._queries(x)
+            out = cache.cross_kv(lambda: self.project_memory(memory)).attend_step(q)
+        return self.out.forward(self._merge_heads(out))  # (N, T, D)
 
     def attention_weights(
         self, x: Tensor, memory: Tensor | None = None, *, mask: Tensor | None = None, is_causal: bool = False

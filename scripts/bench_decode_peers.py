@@ -63,7 +63,7 @@ import time
 from pathlib import Path
 
 from bench_ct2 import read_lines
-from bench_peers import git_commit, refuse_if_busy, thread_env
+from bench_peers import git_commit, refuse_if_busy, thread_env, worker_or_main
 
 REPO = Path(__file__).resolve().parents[1]
 MINI_RUN, MINI_UPDATES = "bench_decode_mini", 1000
@@ -415,9 +415,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--worker"]:  # a timed process: engine, settings (JSON), where to write its figures
-        engine, spec, out = sys.argv[2], json.loads(sys.argv[3]), Path(sys.argv[4])
-        figures = mt_worker(spec) if engine == "mt" else ct2_worker(spec)
-        out.write_text(json.dumps(figures), encoding="utf-8")
-    else:
-        main()
+    worker_or_main({"mt": mt_worker, "ct2": ct2_worker}, main)

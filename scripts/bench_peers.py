@@ -61,6 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -191,6 +192,16 @@ def busy_processes(seconds: float = 2.0) -> list[tuple[int, float, str]]:
                 cmd = "?"
             busy.append((pid, percent, cmd.strip()[:160]))
     return busy
+
+
+def worker_or_main(workers: dict[str, Callable[[dict], dict]], main: Callable[[], None]) -> None:
+    """A benchmark script's entry point: as ``--worker ENGINE SPEC OUT`` a timed process that runs
+    ``workers[ENGINE]`` on the settings SPEC (JSON) and writes its figures to OUT (JSON); else ``main()``."""
+    if sys.argv[1:2] == ["--worker"]:
+        engine, spec, out = sys.argv[2], json.loads(sys.argv[3]), Path(sys.argv[4])
+        out.write_text(json.dumps(workers[engine](spec)), encoding="utf-8")
+    else:
+        main()
 
 
 def refuse_if_busy(force: bool) -> None:

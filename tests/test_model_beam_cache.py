@@ -48,7 +48,10 @@ def test_beams_of_a_sentence_share_one_source_kv_through_reorders() -> None:
     enc.reorder(torch.tensor([0, 2]))  # the encoder output holds sentences
     rows = within[drop]
     assert cache.beams == beams and cache.sentences == 2 and cache.store.layers[0].cross_k.size(0) == 2
-    assert torch.equal(cache.store.src_pad_mask, src_mask[[0, 2]])
+    # the longest source left: the steps only it read go (``narrow_source``)
+    kept = int((~src_mask[[0, 2]]).sum(dim=1).max())
+    assert kept < src_mask.size(1) and torch.equal(cache.store.src_pad_mask, src_mask[[0, 2], :kept])
+    assert cache.store.layers[0].cross_k.size(2) == kept
     step = decode_steps(model, tgt[rows], enc, cache, range(4, 6))
     assert torch.allclose(step, full[rows, 4:6], atol=1e-5)
 
@@ -96,7 +99,10 @@ def test_beam_reorders_copy_no_stored_keys_and_dropped_sentences_are_filled_in_p
     enc.reorder(torch.tensor([0, 2]))
     rows = within[drop]
     assert cache.store.layers[0].self_attn.keys.data_ptr() == keys.data_ptr()  # filled in place
-    assert torch.equal(cache.store.src_pad_mask, src_mask[[0, 2]])
+    # the longest source left: the steps only it read go (``narrow_source``)
+    kept = int((~src_mask[[0, 2]]).sum(dim=1).max())
+    assert kept < src_mask.size(1) and torch.equal(cache.store.src_pad_mask, src_mask[[0, 2], :kept])
+    assert cache.store.layers[0].cross_k.size(2) == kept
     step = decode_steps(model, tgt[rows], enc, cache, range(5, 9))
     assert torch.allclose(step, full[rows, 5:9], atol=1e-5)
 

@@ -5,6 +5,7 @@ import torch
 
 from mt.config import ModelConfig
 from mt.model import BeamCache, DecoderCache, EncoderLayer, EncoderOut, Seq2SeqTransformer, build_model
+from mt.model.cache import append_rows
 
 PAD, BOS, EOS, VOCAB = 0, 2, 3, 48
 
@@ -195,8 +196,30 @@ def test_plain_cache_follows_any_reorder_also_mixing_sentences() -> None:
         step = decode_steps(model, tgt[rows], enc, cache, range(start, start + 2))
         assert torch.allclose(step, full[rows, start : start + 2], atol=1e-5)
     assert cache.layers[0].cross_k.size(0) == 2
-    assert torch.equal(cache.src_pad_mask, src_mask[rows // beams])
-    assert torch.equal(cache.src_pad_mask, src_mask[[2, 0]])
+    kept = int((~src_mask[[2, 0]]).sum(dim=1).max())  # the longest source left: the steps only it read go
+    assert kept < src_mask.size(1) and cache.layers[0].cross_k.size(2) == kept
+    assert torch.equal(cache.src_pad_mask, src_mask[rows // beams, :kept])
+    assert torch.equal(cache.src_pad_mask, src_mask[[2, 0], :kept])
+
+
+def test_appended_rows_go_into_spare_rows_and_widen_the_source_steps() -> None:
+    """Joining sentences (continuous batching) write only their own rows while the allocation has room;
+    the rows held stay in place, and what a row holds past its own steps is finite (it is masked)."""
+    held, joining = torch.randn(3, 2, 4, 5), torch.randn(2, 2, 6, 5)  # (rows, H, S, Dh)
+    grown, allocation = append_rows(held, joining, None)
+    assert grown.shape == (5, 2, 6, 5) and allocation.size(0) == 10  # room for as many rows again
+    assert torch.equal(grown[:3, :, :4], held) and torch.equal(grown[3:], joining)
+    assert torch.equal(grown[:3, :, 4:], torch.zeros(3, 2, 2, 5))
+
+    left = grown[:4, :, :3]  # a row left and the source narrowed: a view of the allocation's start
+    before = left.clone()
+    again, same = append_rows(left, torch.randn(3, 2, 2, 5), allocation)
+    assert same is allocation and again.data_ptr() == allocation.data_ptr() and again.shape == (7, 2, 3, 5)
+    assert torch.equal(again[:4], before) and bool(again.isfinite().all())
+
+    full, bigger = append_rows(again, 4, allocation, valid_steps=2)  # no room: a new allocation, 2 steps kept
+    assert bigger is not allocation and full.shape == (11, 2, 3, 5) and bigger.size(0) == 22
+    assert torch.equal(full[:7, :, :2], again[:, :, :2]) and torch.equal(full[7:], torch.zeros(4, 2, 3, 5))
 
 
 def test_plain_cache_rejects_rows_that_disagree_and_indices_out_of_range() -> None:

@@ -15,7 +15,9 @@ cache in use (their source K/V made by ``Decoder.source_keys``), so rows then st
 Each row keeps its own step count (``row_lengths``): its next token's position, and the buffer step
 its keys go to. A row's keys fill steps ``0 ..`` of its buffer row, shorter rows' later steps masked,
 as source padding is: the same keys in the same places as decoding the sentence alone. Ragged calls
-feed one token a row.
+feed one token a row. Joining rows go into spare rows of the buffers (``append_rows``), and when rows
+leave, the source steps that only they read are dropped (``narrow_source``): a pool handed over longest
+sentence first then attends over its live rows' widest source, not the pool's.
 
 Per call, ``start_call`` hands each layer an ``AttentionCache`` (a ``LayerStep``): its buffers plus the
 masks of this call, built once for all layers.
@@ -101,22 +103,14 @@ class KVBuffer:
         return self.view()
 
     def add_rows(self, n: int) -> None:
-        """Append ``n`` empty rows (zeros: masked, but finite, see ``widen``). When the buffer is the first
-        rows of a larger allocation (rows that left, ``select_rows_``; or the spare rows this allocates),
-        only the new rows are written, not every row held."""
+        """Append ``n`` rows (what they hold is masked: finite stale keys or zeros, see ``append_rows``). When
+        the buffer is the first rows of a larger allocation (rows that left, ``select_rows_``; or the spare
+        rows this allocates), nothing is written, not even the new rows."""
         for name in ("keys", "values"):
             store = getattr(self, name)
-            if store is None:
-                continue
-            rows = store.size(0)
-            spare = self._allocations.get(name)
-            if spare is None or spare.data_ptr() != store.data_ptr() or spare.size(0) < rows + n:
-                spare = store.new_zeros(2 * (rows + n), *store.shape[1:])
-                spare[:rows] = store
-                self._allocations[name] = spare
-            else:
-                spare[rows : rows + n].zero_()
-            setattr(self, name, spare[: rows + n])
+            if store is not None:
+                grown, self._allocations[name] = append_rows(store, n, self._allocations.get(name), self.length)
+                setattr(self, name, grown)
 
     def view(self) -> tuple[Tensor, Tensor]:
         assert self.keys is not None and self.values is not None, "nothing appended yet"
@@ -158,6 +152,8 @@ class LayerKV:
     self_attn: KVBuffer = field(default_factory=KVBuffer)
     cross_k: Tensor | None = None  # (rows, H, S, Dh), filled on the first call
     cross_v: Tensor | None = None
+    # ``add_rows``: the allocations of cross_k / cross_v, with room for more rows and source steps
+    _cross_allocations: list[Tensor | None] = field(default_factory=lambda: [None, None])
 
     def select_rows_(self, index: Tensor, moves: RowMoves | None) -> None:
         """Keep rows ``index`` of every buffer, moving only ``moves`` when given (``select_rows_``)."""
@@ -167,15 +163,19 @@ class LayerKV:
             self.cross_v = select_rows_(self.cross_v, index, None, moves)
 
     def add_rows(self, cross_k: Tensor, cross_v: Tensor) -> None:
-        """Append rows for new sentences: their source keys and values (n, Hkv, S', Dh), padded to a
-        common source length with zeros (masked by the source pad mask)."""
+        """Append rows for new sentences: their source keys and values (n, Hkv, S', Dh), the source steps
+        widened to the longer of theirs and the rows' (the steps a row lacks are masked by the source pad
+        mask). Rows go into spare rows of the allocation when it has them (``append_rows``)."""
         assert self.cross_k is not None and self.cross_v is not None, "add rows to a cache in use"
         self.self_attn.add_rows(cross_k.size(0))
-        width = max(self.cross_k.size(2), cross_k.size(2))
-        self.cross_k, self.cross_v = (
-            torch.cat([pad_steps(old, width, dim=2), pad_steps(new, width, dim=2)])
-            for old, new in ((self.cross_k, cross_k), (self.cross_v, cross_v))
-        )
+        self.cross_k, self._cross_allocations[0] = append_rows(self.cross_k, cross_k, self._cross_allocations[0])
+        self.cross_v, self._cross_allocations[1] = append_rows(self.cross_v, cross_v, self._cross_allocations[1])
+
+    def narrow_source(self, steps: int) -> None:
+        """Keep the first ``steps`` source steps of the encoder-decoder K/V (a view: the later ones are
+        padding in every row left)."""
+        if self.cross_k is not None and self.cross_v is not None:
+            self.cross_k, self.cross_v = self.cross_k[:, :, :steps], self.cross_v[:, :, :steps]
 
 
 @dataclass
@@ -314,8 +314,22 @@ class DecoderCache:
         for layer in self.layers:
             layer.select_rows_(index, moves)
         if self.src_pad_mask is not None:
+            left = index.numel() < self.src_pad_mask.size(0)
             self.src_pad_mask = self.src_pad_mask.index_select(0, index)
             self._source_bias = None
+            if left:
+                self.narrow_source()
+
+    def narrow_source(self) -> None:
+        """Drop the source steps that are padding in every row (rows with the longest sources left):
+        encoder-decoder attention then reads fewer keys. Views, no copy."""
+        assert self.src_pad_mask is not None
+        used = (~self.src_pad_mask).any(dim=0).nonzero()  # (S'', 1) source steps some row reads
+        steps = int(used.max()) + 1 if used.numel() else self.src_pad_mask.size(1)
+        if steps < self.src_pad_mask.size(1):
+            self.src_pad_mask = self.src_pad_mask[:, :steps]
+            for layer in self.layers:
+                layer.narrow_source(steps)
 
 
 def check_index(index: Tensor, rows: int | None, what: str) -> None:
@@ -369,6 +383,34 @@ def select_rows_(
         valid = store if steps is None else store[:, :, :steps]
         valid[moves.to] = valid.index_select(0, moves.source)  # sources are read before any row is written
     return store[: index.numel()]
+
+
+def append_rows(
+    store: Tensor, new: Tensor | int, allocation: Tensor | None, valid_steps: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """``store`` (rows, H, S, ...) with rows appended: ``new`` (n, H, S', ...) written into them, or ``new``
+    rows left as they are. Returns (rows + n, H, max(S, S'), ...) and the allocation it is a view of.
+
+    When ``store`` is the first rows and steps of ``allocation`` (rows that left, ``select_rows_``; a
+    narrowed source, ``LayerKV.narrow_source``) and that has room, only the new rows' own steps are
+    written. Else the allocation doubles, as zeros, and takes ``store``'s first ``valid_steps`` steps (all
+    by default). Whatever a row holds beyond its own steps (zeros, or the stale keys of a row that left)
+    is finite, and masked: the source pad mask, or a ragged batch's mask (``ragged_mask``)."""
+    rows, n = store.size(0), new if isinstance(new, int) else new.size(0)
+    width = store.size(2) if isinstance(new, int) else max(store.size(2), new.size(2))
+    if (
+        allocation is None
+        or allocation.data_ptr() != store.data_ptr()
+        or allocation.stride() != store.stride()
+        or allocation.size(0) < rows + n
+        or allocation.size(2) < width
+    ):
+        allocation = store.new_zeros(2 * (rows + n), store.size(1), width, *store.shape[3:])
+        steps = store.size(2) if valid_steps is None else valid_steps
+        allocation[:rows, :, :steps] = store[:, :, :steps]
+    if not isinstance(new, int):
+        allocation[rows : rows + n, :, : new.size(2)] = new
+    return allocation[: rows + n, :, :width], allocation
 
 
 def additive_mask(blocked: Tensor, dtype: torch.dtype) -> Tensor:

@@ -17,6 +17,7 @@ import errno
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,30 @@ def load_for_inference(
     if pack:
         pack_linears_(model, PACKED_DTYPES[precision])
     return model, tokenizers, cfg
+
+
+def load_models_for_inference(
+    paths: Sequence[str | Path], device: str | torch.device = "cpu", *, pack: bool = False, precision: str = "fp32"
+):
+    """``load_for_inference`` of one checkpoint, or of several as one ``mt.model.Ensemble``: then every
+    checkpoint must hold the same tokenizers (CheckpointError naming the first that differs); the tokenizers
+    and config returned are the first checkpoint's (its ``decode`` settings, its length limits)."""
+    from mt.model import Ensemble
+
+    model, tokenizers, cfg = load_for_inference(paths[0], device, pack=pack, precision=precision)
+    if len(paths) == 1:
+        return model, tokenizers, cfg
+    members = [model]
+    for path in paths[1:]:
+        member, other, other_cfg = load_for_inference(path, device, pack=pack, precision=precision)
+        if tokenizers_state(other) != tokenizers_state(tokenizers):
+            raise CheckpointError(
+                f"{path} has another vocabulary than {paths[0]}: an ensemble needs checkpoints trained with "
+                "the same tokenizer"
+            )
+        cfg.model.max_positions = min(cfg.model.max_positions, other_cfg.model.max_positions)
+        members.append(member)
+    return Ensemble(members), tokenizers, cfg
 
 
 def load_tokenizers_and_config(path: str | Path):

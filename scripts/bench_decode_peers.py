@@ -124,7 +124,7 @@ def mt_processes(spec: dict, decode):
     from mt.cli.translate import worker_translator
     from mt.decode.processes import DecodingProcesses
 
-    build = functools.partial(worker_translator, spec["ckpt"], spec["precision"], decode)
+    build = functools.partial(worker_translator, [spec["ckpt"]], spec["precision"], decode)
     return DecodingProcesses(build, spec["mt_workers"], spec["threads"] // spec["mt_workers"]).start()
 
 

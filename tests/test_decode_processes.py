@@ -43,7 +43,7 @@ def outputs(translator: Translator, lines: list[str], on_batch=None) -> list[tup
 def test_two_processes_translate_the_demo_test_set_like_one(demo) -> None:
     """Beam, then greedy on the same processes (the search settings travel with each call), and ``on_batch``."""
     lines = demo.sources[:200] + ["", "   "]
-    build = functools.partial(worker_translator, str(demo.ckpt), "fp32", settings(demo.ckpt, "beam"))
+    build = functools.partial(worker_translator, [str(demo.ckpt)], "fp32", settings(demo.ckpt, "beam"))
     plain = build()  # the model each process builds, here on 1 thread
     with DecodingProcesses(build, workers=2, threads=1) as processes:
         pooled = Translator(None, plain.tokenizers, plain.cfg, max_positions=plain.max_positions, processes=processes)
@@ -65,8 +65,8 @@ def test_each_process_decodes_its_share_exactly_as_one_process_would(demo) -> No
     """Dealt out by length, each share batches in its process as it does alone: bit for bit the same."""
     decode = settings(demo.ckpt, "beam")
     lines = demo.sources[:120]
-    one = worker_translator(str(demo.ckpt), "fp32", decode)
-    build = functools.partial(worker_translator, str(demo.ckpt), "fp32", decode)
+    one = worker_translator([str(demo.ckpt)], "fp32", decode)
+    build = functools.partial(worker_translator, [str(demo.ckpt)], "fp32", decode)
     with DecodingProcesses(build, workers=3, threads=1) as processes:
         several = Translator(None, one.tokenizers, decode, max_positions=one.max_positions, processes=processes)
         got = outputs(several, lines)

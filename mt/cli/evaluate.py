@@ -70,7 +70,7 @@ def default_name(cfg: Config, args: argparse.Namespace, strategy: str, beam: int
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mt-eval", description=__doc__.split("\n\n")[0])
     add_version_flag(parser)
-    add_model_args(parser)
+    add_model_args(parser, ensemble=True)
     data = parser.add_argument_group("test data: --src and --ref, or --split")
     data.add_argument("--src", type=Path, help="source file, plain or .gz")
     data.add_argument("--ref", type=Path, help="reference file, plain or .gz")
@@ -123,11 +123,13 @@ def evaluate_checkpoint(args: argparse.Namespace) -> None:
         if path is not None:
             check_input_file(path, flag)
     check_output_dir(args.out_dir, "--out-dir")
-    translator, cfg, path = load_translator(args)
+    translator, cfg, paths = load_translator(args)
     pairs = pairs_to_score(args, cfg)
     several = len(data_pairs(cfg.data)) > 1
     base = args.name or default_name(cfg, args, translator.cfg.strategy, translator.cfg.beam_size)
-    checkpoint = {"path": str(path), "step": checkpoint_step(path), "config": to_dict(cfg)}
+    checkpoint = {"path": str(paths[0]), "step": checkpoint_step(paths[0]), "config": to_dict(cfg)}
+    if len(paths) > 1:
+        checkpoint["ensemble"] = [{"path": str(path), "step": checkpoint_step(path)} for path in paths]
     reports = {}
     for pair in pairs:
         pair_cfg = dataclasses.replace(cfg, data=pair_config(cfg.data, pair))

@@ -67,9 +67,14 @@ def add_version_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
 
-def add_model_args(parser: argparse.ArgumentParser) -> None:
-    """``--ckpt``/``--exp``, ``--device``, ``--threads``, ``--debug``."""
-    parser.add_argument("--ckpt", type=Path, help="checkpoint (default: runs/<exp>/checkpoints/best.pt)")
+def add_model_args(parser: argparse.ArgumentParser, *, ensemble: bool = False) -> None:
+    """``--ckpt``/``--exp``, ``--device``, ``--threads``, ``--debug``; ``ensemble``: ``--ckpt`` takes several."""
+    if ensemble:
+        parser.add_argument("--ckpt", type=Path, nargs="+", metavar="CKPT",
+                            help="checkpoint (default: runs/<exp>/checkpoints/best.pt); several checkpoints with "
+                                 "the same vocabulary decode as one ensemble (their mean probabilities)")
+    else:
+        parser.add_argument("--ckpt", type=Path, help="checkpoint (default: runs/<exp>/checkpoints/best.pt)")
     parser.add_argument("--exp", default="demo", help="experiment name for the default checkpoint")
     parser.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto (cuda if available)")
     parser.add_argument("--threads", type=ranged(int, 0), default=0, help="CPU threads for torch (0 = default)")

@@ -96,10 +96,10 @@ def load_engine(args: argparse.Namespace):
     # The main thread loads the model on one torch thread: a thread that ran a parallel (OpenMP) region
     # leaves its thread team behind, and the decoding worker's own team then shares the cores with it
     # (2x slower decoding on 2 cores, measured). The worker sets its --threads itself.
-    translator, cfg, path = load_translator(argparse.Namespace(**{**vars(args), "threads": 1}))
+    translator, cfg, paths = load_translator(argparse.Namespace(**{**vars(args), "threads": 1}))
     source, targets, tagged = served_languages(cfg, args)
     print(f"mt-serve: decoding defaults {translator.cfg}", file=sys.stderr)
-    return TorchEngine(translator, source, targets, f"{path} on {translator.device}", tagged=tagged)
+    return TorchEngine(translator, source, targets, f"{paths[0]} on {translator.device}", tagged=tagged)
 
 
 def served_languages(cfg, args: argparse.Namespace) -> tuple[str, list[str], bool]:

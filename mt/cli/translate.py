@@ -34,26 +34,30 @@ if TYPE_CHECKING:  # torch and the model load only once the flags are parsed: us
     from mt.decode import Translation, Translator
 
 
-def checkpoint_path(args: argparse.Namespace) -> Path:
-    """``--ckpt``, or the experiment's best checkpoint; a clear error if it is missing or a directory."""
-    path = args.ckpt if args.ckpt is not None else Path("runs") / args.exp / "checkpoints" / "best.pt"
-    if path.is_dir():
-        inside = [p for p in (path / "best.pt", path / "checkpoints" / "best.pt") if p.is_file()]
-        hint = f", e.g. {inside[0]}" if inside else ""
-        raise UserError(f"checkpoint {path} is a directory; give a checkpoint file{hint}")
-    if not path.exists():
-        how = f" (train it with `make train EXP={args.exp}`, or pass --ckpt FILE)" if args.ckpt is None else ""
-        raise UserError(f"checkpoint not found: {path}{how}")
-    return path
+def checkpoint_paths(args: argparse.Namespace) -> list[Path]:
+    """``--ckpt`` (several: an ensemble), or the experiment's best checkpoint; a clear error for one that is
+    missing or a directory."""
+    given = args.ckpt if isinstance(args.ckpt, list) else [args.ckpt] if args.ckpt is not None else None
+    paths = given if given is not None else [Path("runs") / args.exp / "checkpoints" / "best.pt"]
+    for path in paths:
+        if path.is_dir():
+            inside = [p for p in (path / "best.pt", path / "checkpoints" / "best.pt") if p.is_file()]
+            hint = f", e.g. {inside[0]}" if inside else ""
+            raise UserError(f"checkpoint {path} is a directory; give a checkpoint file{hint}")
+        if not path.exists():
+            how = f" (train it with `make train EXP={args.exp}`, or pass --ckpt FILE)" if given is None else ""
+            raise UserError(f"checkpoint not found: {path}{how}")
+    return paths
 
 
-def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]:
-    """Load the checkpoint named by ``args`` and wrap it in a Translator with the merged settings."""
-    path = checkpoint_path(args)  # before importing torch: a wrong path fails at once
+def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, list[Path]]:
+    """Load the checkpoint(s) named by ``args`` (several: one ensemble) and wrap them in a Translator with the
+    merged settings (the first checkpoint's, and the flags)."""
+    paths = checkpoint_paths(args)  # before importing torch: a wrong path fails at once
     import torch
 
     from mt.allocator import keep_freed_memory
-    from mt.checkpoint import load_for_inference
+    from mt.checkpoint import load_models_for_inference
     from mt.config import validate_group
     from mt.decode import Translator
     from mt.device import resolve_device
@@ -62,19 +66,19 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, Path]
     check_precision(args.precision, device)
     workers = getattr(args, "workers", 1)
     if workers > 1:
-        return load_translator_processes(args, path, device, workers)
+        return load_translator_processes(args, paths, device, workers)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     keep_freed_memory()  # the step's logits and caches are reused, not page-faulted in again every step
-    model, tokenizers, cfg = load_for_inference(path, device, pack=True, precision=args.precision)
+    model, tokenizers, cfg = load_models_for_inference(paths, device, pack=True, precision=args.precision)
     decode = validate_group("decode", decode_config(cfg.decode, args))
     translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)
-    return translator, cfg, path
+    return translator, cfg, paths
 
 
 def load_translator_processes(
-    args: argparse.Namespace, path: Path, device, workers: int
-) -> tuple[Translator, Config, Path]:
+    args: argparse.Namespace, paths: list[Path], device, workers: int
+) -> tuple[Translator, Config, list[Path]]:
     """``--workers N``: N decoding processes, each loading the model on ``--threads`` threads (default: this
     process's cores / N); this process keeps only the tokenizers, encodes the lines and gathers the output."""
     import functools
@@ -86,25 +90,25 @@ def load_translator_processes(
 
     if device.type != "cpu":
         raise UserError(f"--workers {workers} runs decoding processes on the CPU, not {device}; use --workers 1")
-    tokenizers, cfg = load_tokenizers_and_config(path)
+    tokenizers, cfg = load_tokenizers_and_config(paths[0])
     decode = validate_group("decode", decode_config(cfg.decode, args))
     threads = args.threads if args.threads > 0 else max(1, usable_cores() // workers)
-    build = functools.partial(worker_translator, str(path), args.precision, decode)
+    build = functools.partial(worker_translator, [str(path) for path in paths], args.precision, decode)
     processes = DecodingProcesses(build, workers, threads).start()
     translator = Translator(None, tokenizers, decode, device, max_positions=cfg.model.max_positions,
                             processes=processes)
-    return translator, cfg, path
+    return translator, cfg, paths
 
 
-def worker_translator(path: str, precision: str, decode: DecodeConfig) -> Translator:
-    """What each ``--workers`` process builds: the packed CPU model and a Translator (module level: a
-    spawned process finds it by name)."""
+def worker_translator(paths: list[str], precision: str, decode: DecodeConfig) -> Translator:
+    """What each ``--workers`` process builds: the packed CPU model (or ensemble) and a Translator (module
+    level: a spawned process finds it by name)."""
     from mt.allocator import keep_freed_memory
-    from mt.checkpoint import load_for_inference
+    from mt.checkpoint import load_models_for_inference
     from mt.decode import Translator
 
     keep_freed_memory()
-    model, tokenizers, cfg = load_for_inference(path, "cpu", pack=True, precision=precision)
+    model, tokenizers, cfg = load_models_for_inference(paths, "cpu", pack=True, precision=precision)
     return Translator(model, tokenizers, decode, "cpu", max_positions=cfg.model.max_positions)
 
 
@@ -208,17 +212,18 @@ def translate(args: argparse.Namespace) -> None:
         check_input_file(args.input, "--input")
     if args.output is not None:
         check_output_file(args.output, "--output")
-    translator, cfg, path = load_translator(args)
+    translator, cfg, paths = load_translator(args)
     with contextlib.closing(translator):
-        translate_with(translator, cfg, path, args)
+        translate_with(translator, cfg, paths, args)
 
 
-def translate_with(translator: Translator, cfg: Config, path: Path, args: argparse.Namespace) -> None:
+def translate_with(translator: Translator, cfg: Config, paths: list[Path], args: argparse.Namespace) -> None:
     target = target_language(cfg, args.target_lang)
     into = f", into {target}" if target is not None else ""
     processes = translator.processes
     split = f" in {processes.workers} processes of {processes.threads} threads" if processes is not None else ""
-    print(f"mt-translate: {path} on {translator.device}{split}{into}, {translator.cfg}", file=sys.stderr)
+    models = str(paths[0]) if len(paths) == 1 else f"an ensemble of {len(paths)} ({', '.join(map(str, paths))})"
+    print(f"mt-translate: {models} on {translator.device}{split}{into}, {translator.cfg}", file=sys.stderr)
     if args.input is None and sys.stdin.isatty():
         from mt.data import read_stream
 
@@ -235,7 +240,7 @@ def translate_with(translator: Translator, cfg: Config, path: Path, args: argpar
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mt-translate", description=__doc__.split("\n\n")[0])
     add_version_flag(parser)
-    add_model_args(parser)
+    add_model_args(parser, ensemble=True)
     parser.add_argument("--input", type=Path, help="input file, plain or .gz (default: stdin)")
     parser.add_argument("--output", type=Path, help="output file (default: stdout)")
     parser.add_argument("--target-lang", metavar="LANG",

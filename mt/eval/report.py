@@ -135,7 +135,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """Translate ``sources``, score against ``references``, write the report files; return the report.
 
-    ``checkpoint``: ``{"path", "step", "config"}`` of the model; ``data``: where sources/references came
+    ``checkpoint``: ``{"path", "step", "config"}`` of the model (an ensemble's first, and ``"ensemble"``:
+    ``[{"path", "step"}]`` of every member); ``data``: where sources/references came
     from; ``align``: 1-based lines to draw alignment heatmaps for; ``target_lang``: the target language a
     multilingual model is asked for (None for a one-target model).
     """
@@ -207,7 +208,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     """The report as Markdown: metrics table, settings, speed, examples, alignment images."""
     out = [f"# Evaluation: {report['name']}", "", f"Created {report['created']} by mt {report['mt_version']}.", ""]
     ckpt = report.get("checkpoint") or {}
-    out += [f"- checkpoint: `{ckpt.get('path')}` (step {ckpt.get('step')})", f"- data: {report['data']}", ""]
+    members = ckpt.get("ensemble") or [ckpt]
+    label = "checkpoint" if len(members) == 1 else f"an ensemble of {len(members)} checkpoints"
+    where = ", ".join(f"`{m.get('path')}` (step {m.get('step')})" for m in members)
+    out += [f"- {label}: {where}", f"- data: {report['data']}", ""]
     out += ["## Scores", "", "| metric | score | signature |", "| --- | ---: | --- |"]
     out += [f"| {m['name']} | {m['score']:.2f} | `{_md_escape(m['signature'])}` |" for m in report["metrics"].values()]
     out += ["", f"BLEU details: `{report['metrics']['bleu']['text']}`", ""]

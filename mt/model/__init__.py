@@ -6,6 +6,7 @@ from mt.model.cache import DecoderCache, DecodingState, EncoderOut, KVBuffer, La
 from mt.model.decoder import Decoder
 from mt.model.embedding import LearnedPositions, SinusoidalPositions, TransformerEmbedding, sinusoid_table
 from mt.model.encoder import Encoder
+from mt.model.ensemble import Ensemble, EnsembleState
 from mt.model.layers import DecoderLayer, EncoderLayer, FeedForward, Residual
 from mt.model.multihead import MultiHeadAttention
 from mt.model.packed_linear import PackedLinear, bf16_supported, int8_supported, pack_linears_, packing_supported
@@ -22,6 +23,8 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "EncoderOut",
+    "Ensemble",
+    "EnsembleState",
     "FeedForward",
     "KVBuffer",
     "LayerKV",

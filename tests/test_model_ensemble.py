@@ -1,0 +1,100 @@
+"""Ensembles (``mt.model.ensemble``): the members' mean distribution, every search over it, and loading."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from export_helpers import demo_model, untrained_checkpoint
+from test_model_seq2seq import VOCAB, random_batch
+
+from mt.checkpoint import CheckpointError, load_for_inference, load_models_for_inference
+from mt.cli.translate import main as translate_main
+from mt.config import DecodeConfig, ModelConfig
+from mt.decode import Translator
+from mt.decode.beam import beam_search
+from mt.decode.greedy import greedy_search
+from mt.model import Ensemble, build_model
+
+
+def tiny(seed: int, layers: int = 2):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(encoder_layers=layers, decoder_layers=layers, d_model=32, d_ff=64, heads=4, dropout=0.0)
+    model = build_model(cfg, VOCAB, VOCAB).eval()
+    with torch.no_grad():  # larger weights: outputs that follow the source, so the members disagree
+        for p in model.parameters():
+            p.mul_(3.0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return demo_model(tmp_path_factory.getbasetemp() / "export_demo")  # trained once, shared with the export tests
+
+
+@torch.inference_mode()
+def test_an_ensemble_decodes_the_log_of_its_members_mean_probabilities() -> None:
+    members = [tiny(1), tiny(2, layers=1)]
+    ensemble = Ensemble(members)
+    src, src_mask = random_batch([5, 8, 3])
+    tgt, _ = random_batch([4, 4, 4], bos=True)
+    got = ensemble.decode(tgt, ensemble.encode(src, src_mask))  # (B, T, V)
+    probs = [m.decode(tgt, m.encode(src, src_mask)).float().softmax(dim=-1) for m in members]
+    assert torch.allclose(got, torch.stack(probs).mean(dim=0).log(), atol=1e-5)
+    assert torch.allclose(got.exp().sum(dim=-1), torch.ones(3, tgt.size(1)), atol=1e-5)
+
+    cache = ensemble.new_cache()  # step by step with the members' caches: the same
+    enc = ensemble.encode(src, src_mask)
+    steps = torch.cat([ensemble.decode(tgt[:, t : t + 1], enc, cache) for t in range(tgt.size(1))], dim=1)
+    assert torch.allclose(steps, got, atol=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@torch.inference_mode()
+def test_sentences_joining_an_ensemble_decode_as_whole_batches(beam: int) -> None:
+    """Continuous batching copies, reorders and extends every member's state together."""
+    ensemble = Ensemble([tiny(1), tiny(2, layers=1)])
+    lengths = [7, 3, 9, 5, 2, 6, 8, 4]
+    src, src_mask = random_batch(lengths)
+    cfg = DecodeConfig(strategy="greedy" if beam == 1 else "beam", beam_size=beam, nbest=1, max_len_a=1.0,
+                       max_len_b=4, min_len=2)
+    search = greedy_search if beam == 1 else beam_search
+    whole = search(ensemble, src, src_mask, cfg)
+    refilled = search(ensemble, src, src_mask, cfg, live=[3] * len(lengths))
+    assert [h[0].tokens for h in refilled] == [h[0].tokens for h in whole]
+    assert [h[0].score for h in refilled] == pytest.approx([h[0].score for h in whole], rel=1e-5, abs=1e-5)
+    assert len({tuple(h[0].tokens) for h in whole}) > 1
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_a_model_ensembled_with_itself_translates_as_the_model(demo, strategy: str) -> None:
+    model, tokenizers, cfg = load_for_inference(demo.ckpt, pack=True)
+    twice, _, _ = load_models_for_inference([demo.ckpt, demo.ckpt], pack=True)
+    settings = dataclasses.replace(cfg.decode, strategy=strategy, beam_size=4 if strategy == "beam" else 1, nbest=1)
+    alone = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions).translate(demo.sources)
+    together = Translator(twice, tokenizers, settings, max_positions=cfg.model.max_positions).translate(demo.sources)
+    assert isinstance(twice, Ensemble) and together == alone
+
+
+def test_checkpoints_with_another_vocabulary_do_not_ensemble(tmp_path: Path) -> None:
+    joint = untrained_checkpoint(tmp_path / "joint" / "a.pt")
+    separate = untrained_checkpoint(
+        tmp_path / "separate" / "b.pt", "data.joint_vocab=false", "model.share_all_embeddings=false"
+    )
+    with pytest.raises(CheckpointError, match=r"b\.pt has another vocabulary than .*a\.pt"):
+        load_models_for_inference([joint, separate])
+
+
+def test_mt_translate_takes_several_checkpoints_as_one_ensemble(demo, tmp_path: Path, capsys) -> None:
+    source = tmp_path / "test.src"
+    source.write_text("\n".join(demo.sources[:20]) + "\n", encoding="utf-8")
+    outputs = {}
+    for name, ckpts in (("one", [demo.ckpt]), ("two", [demo.ckpt, demo.ckpt])):
+        outputs[name] = tmp_path / f"{name}.txt"
+        argv = ["--ckpt", *map(str, ckpts), "--input", str(source), "--output", str(outputs[name]),
+                "--strategy", "greedy"]
+        assert translate_main(argv) == 0
+    assert "an ensemble of 2" in capsys.readouterr().err
+    assert outputs["two"].read_text(encoding="utf-8") == outputs["one"].read_text(encoding="utf-8")

@@ -165,6 +165,9 @@ class TrainConfig:
     max_nonfinite_in_a_row: int = 10
     samples: int = 5  # sample translations printed at the end
     test_at_end: bool = True  # translate the test split with the best checkpoint and print sacreBLEU
+    # >1: that many models one after another (seeds seed, seed+1, ...), each max_time_minutes / members,
+    # tested as one ensemble (mt.train.members)
+    members: int = 1
     progress: bool = True  # tqdm progress bar
     tensorboard: bool = True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,9 @@ import torch
 from export_helpers import demo_model, untrained_checkpoint
 from test_model_seq2seq import VOCAB, random_batch
 
-from mt.checkpoint import CheckpointError, load_for_inference, load_models_for_inference
+from mt.checkpoint import CheckpointError, load_checkpoint, load_for_inference, load_models_for_inference
 from mt.cli.translate import main as translate_main
-from mt.config import DecodeConfig, ModelConfig
+from mt.config import ConfigError, DecodeConfig, ModelConfig
 from mt.decode import Translator
 from mt.decode.beam import beam_search
 from mt.decode.greedy import greedy_search
@@ -98,3 +99,36 @@ def test_mt_translate_takes_several_checkpoints_as_one_ensemble(demo, tmp_path: 
         assert translate_main(argv) == 0
     assert "an ensemble of 2" in capsys.readouterr().err
     assert outputs["two"].read_text(encoding="utf-8") == outputs["one"].read_text(encoding="utf-8")
+
+
+def test_train_members_trains_each_member_then_tests_them_as_one_ensemble(tmp_path: Path) -> None:
+    from helpers import tiny_config
+
+    from mt.train.loop import train
+
+    cfg = tiny_config(tmp_path, "train.members=2", "train.max_updates=6", "train.save_every=3",
+                      "train.validate_every=3", "train.keep_last=2", "train.average_last=2", "train.seed=5",
+                      "train.test_at_end=true")
+    summary = train(cfg)
+    run = Path(cfg.train.run_dir)
+    results = json.loads((run / "test_results.json").read_text())
+    assert summary.test["bleu"] == results["bleu"] and len(results["members"]) == 2
+    for k, seed in ((1, 5), (2, 6)):
+        member = run / f"member_{k}"
+        assert str(member) in results["members"][k - 1]
+        stored = load_checkpoint(member / "checkpoints" / "last.pt")
+        assert stored["config"]["train"]["seed"] == seed and stored["train_state"]["step"] == 6
+    assert not (run / "member_1" / "test_results.json").exists()  # members are tested together only
+
+    again = train(cfg)  # a rerun resumes: both members are done, the ensemble is tested again
+    assert again.test["bleu"] == summary.test["bleu"]
+
+
+def test_train_members_refuses_torchrun(tmp_path: Path, monkeypatch) -> None:
+    from helpers import tiny_config
+
+    from mt.train.members import member_configs
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="without torchrun"):
+        member_configs(tiny_config(tmp_path, "train.members=2"))

@@ -7,6 +7,7 @@ checkpoints directory, the valid and test splits, a device), never on the traine
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -16,8 +17,10 @@ from mt import checkpoint as ckpt
 from mt.config import Config
 from mt.data import TokenizedSplit, prepare_data
 from mt.data.languages import data_pairs, is_multilingual
+from mt.device import resolve_device
 from mt.eval.scoring import mean_over_pairs, translate_and_score
 from mt.train.distributed import shutdown
+from mt.train.members import ensemble_summary, member_configs
 from mt.train.state import TrainState
 from mt.train.summary import RunSummary, append_test_row, draw_plots, print_summary
 from mt.train.trainer import Trainer
@@ -27,7 +30,10 @@ __all__ = ["RunSummary", "average_last", "checkpoint_valid_bleu", "finish_run", 
 
 
 def train(cfg: Config) -> RunSummary:
-    """Run (or resume) training as configured and finish the run; returns what was produced."""
+    """Run (or resume) training as configured and finish the run; returns what was produced. With
+    ``train.members`` > 1: that many runs one after another, tested as one ensemble (``mt.train.members``)."""
+    if cfg.train.members > 1:
+        return train_members(cfg)
     trainer = Trainer(cfg)
     try:
         reason = trainer.run()
@@ -64,6 +70,22 @@ def finish_run(
     print_summary(summary, state, ckpt_dir, cfg)
 
 
+def train_members(cfg: Config) -> RunSummary:
+    """The members of ``train.members`` one after another (stopping at a signal), then their test together."""
+    members: list[RunSummary] = []
+    for member in member_configs(cfg):
+        members.append(train(member))
+        if members[-1].reason.startswith("signal") or members[-1].best_checkpoint is None:
+            return members[-1]
+    test, samples = {}, []
+    if cfg.train.test_at_end:
+        device = resolve_device(cfg.train.device, key="train.device")
+        chosen = [m.best_checkpoint for m in members if m.best_checkpoint is not None]
+        with torch.random.fork_rng():
+            test, samples = score_on_test(chosen, None, device, samples=cfg.train.samples)
+    return ensemble_summary(cfg, members, test, samples)
+
+
 def average_last(ckpt_dir: Path, n: int) -> Path | None:
     """Average the newest ``n`` numbered checkpoints into ``averaged.pt`` (None with fewer than 2)."""
     found = [p for _, p in ckpt.list_checkpoints(ckpt_dir)][-n:]
@@ -91,16 +113,18 @@ def checkpoint_valid_bleu(checkpoint: Path, split: TokenizedSplit, device: torch
 
 
 def score_on_test(
-    checkpoint: Path, split: TokenizedSplit | None, device: torch.device, *, samples: int
+    checkpoint: Path | Sequence[Path], split: TokenizedSplit | None, device: torch.device, *, samples: int
 ) -> tuple[dict, list[tuple[str, str, str]]]:
-    """Translate the test split with ``checkpoint`` (its decode settings) and score it; ``samples`` examples.
+    """Translate the test split with ``checkpoint`` (its decode settings; several: one ensemble, the first's
+    settings) and score it; ``samples`` examples.
 
     Without ``split`` the test split is prepared from the checkpoint's data settings. With several language
     pairs every pair is scored on its own: ``bleu`` / ``chrf`` are the means over the pairs, ``bleu_en-fr``
     ... each pair's, ``pairs`` maps each pair to its ``bleu``, ``chrf`` and ``sentences``; the samples are
     taken from every pair in turn.
     """
-    model, tokenizers, cfg = ckpt.load_for_inference(checkpoint, device, pack=True)
+    paths = [checkpoint] if isinstance(checkpoint, Path) else list(checkpoint)
+    model, tokenizers, cfg = ckpt.load_models_for_inference(paths, device, pack=True)
     split = split if split is not None else prepare_data(cfg.data, splits=("test",)).splits["test"]
     pairs, multilingual = data_pairs(cfg.data), is_multilingual(cfg.data)
     per_pair, examples = {}, []
@@ -113,7 +137,7 @@ def score_on_test(
         examples.append(list(zip(sources, refs, hyps, strict=True)))
     scores = next(iter(per_pair.values())) if len(pairs) == 1 else mean_over_pairs(per_pair)
     result = {
-        "checkpoint": str(checkpoint),
+        "checkpoint": str(paths[0]) if len(paths) == 1 else [str(path) for path in paths],
         **scores,
         "sentences": sum(p["sentences"] for p in per_pair.values()),
         "decode": {"strategy": cfg.decode.strategy, "beam_size": cfg.decode.beam_size,

@@ -101,7 +101,7 @@ def test_mt_translate_takes_several_checkpoints_as_one_ensemble(demo, tmp_path: 
     assert outputs["two"].read_text(encoding="utf-8") == outputs["one"].read_text(encoding="utf-8")
 
 
-def test_train_members_trains_each_member_then_tests_them_as_one_ensemble(tmp_path: Path) -> None:
+def test_train_members_trains_each_member_then_tests_them_as_one_ensemble(tmp_path: Path, capsys) -> None:
     from helpers import tiny_config
 
     from mt.train.loop import train
@@ -111,6 +111,9 @@ def test_train_members_trains_each_member_then_tests_them_as_one_ensemble(tmp_pa
                       "train.test_at_end=true")
     summary = train(cfg)
     run = Path(cfg.train.run_dir)
+    out = capsys.readouterr().out
+    assert "member 1 of 2: seed 5" in out and "member 2 of 2: seed 6" in out
+    assert "Finished an ensemble of 2 members" in out
     results = json.loads((run / "test_results.json").read_text())
     assert summary.test["bleu"] == results["bleu"] and len(results["members"]) == 2
     for k, seed in ((1, 5), (2, 6)):

@@ -73,7 +73,11 @@ def finish_run(
 def train_members(cfg: Config) -> RunSummary:
     """The members of ``train.members`` one after another (stopping at a signal), then their test together."""
     members: list[RunSummary] = []
-    for member in member_configs(cfg):
+    configs = member_configs(cfg)
+    for k, member in enumerate(configs):
+        tc = member.train
+        budget = f", {tc.max_time_minutes:g} min" if tc.max_time_minutes > 0 else ""
+        print(f"\nmember {k + 1} of {len(configs)}: seed {tc.seed}{budget}, {tc.run_dir}", flush=True)
         members.append(train(member))
         if members[-1].reason.startswith("signal") or members[-1].best_checkpoint is None:
             return members[-1]

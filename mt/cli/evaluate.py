@@ -127,9 +127,10 @@ def evaluate_checkpoint(args: argparse.Namespace) -> None:
     pairs = pairs_to_score(args, cfg)
     several = len(data_pairs(cfg.data)) > 1
     base = args.name or default_name(cfg, args, translator.cfg.strategy, translator.cfg.beam_size)
-    checkpoint = {"path": str(paths[0]), "step": checkpoint_step(paths[0]), "config": to_dict(cfg)}
+    stored = [{"path": str(path), "step": checkpoint_step(path)} for path in paths]  # each file read once
+    checkpoint = {**stored[0], "config": to_dict(cfg)}
     if len(paths) > 1:
-        checkpoint["ensemble"] = [{"path": str(path), "step": checkpoint_step(path)} for path in paths]
+        checkpoint["ensemble"] = stored
     reports = {}
     for pair in pairs:
         pair_cfg = dataclasses.replace(cfg, data=pair_config(cfg.data, pair))

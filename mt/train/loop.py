@@ -84,7 +84,7 @@ def train_members(cfg: Config) -> RunSummary:
     test, samples = {}, []
     if cfg.train.test_at_end:
         device = resolve_device(cfg.train.device, key="train.device")
-        chosen = [m.best_checkpoint for m in members if m.best_checkpoint is not None]
+        chosen = [Path(m.best_checkpoint) for m in members]  # every member chose one (else returned above)
         with torch.random.fork_rng():
             test, samples = score_on_test(chosen, None, device, samples=cfg.train.samples)
     return ensemble_summary(cfg, members, test, samples)
@@ -120,7 +120,7 @@ def score_on_test(
     checkpoint: Path | Sequence[Path], split: TokenizedSplit | None, device: torch.device, *, samples: int
 ) -> tuple[dict, list[tuple[str, str, str]]]:
     """Translate the test split with ``checkpoint`` (its decode settings; several: one ensemble, the first's
-    settings) and score it; ``samples`` examples.
+    settings, all of them listed as ``members``) and score it; ``samples`` examples.
 
     Without ``split`` the test split is prepared from the checkpoint's data settings. With several language
     pairs every pair is scored on its own: ``bleu`` / ``chrf`` are the means over the pairs, ``bleu_en-fr``
@@ -141,7 +141,8 @@ def score_on_test(
         examples.append(list(zip(sources, refs, hyps, strict=True)))
     scores = next(iter(per_pair.values())) if len(pairs) == 1 else mean_over_pairs(per_pair)
     result = {
-        "checkpoint": str(paths[0]) if len(paths) == 1 else [str(path) for path in paths],
+        "checkpoint": str(paths[0]),
+        **({"members": [str(path) for path in paths]} if len(paths) > 1 else {}),
         **scores,
         "sentences": sum(p["sentences"] for p in per_pair.values()),
         "decode": {"strategy": cfg.decode.strategy, "beam_size": cfg.decode.beam_size,

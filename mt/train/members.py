@@ -42,7 +42,7 @@ def ensemble_summary(cfg: Config, members: list[RunSummary], test: dict, samples
     run_dir = Path(cfg.train.run_dir)
     chosen = [str(m.best_checkpoint) for m in members]
     if test:
-        results = {**test, "members": chosen, "mt_version": __version__}
+        results = {**test, "mt_version": __version__}  # test["members"]: the chosen checkpoints
         (run_dir / "test_results.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = ["", f"Finished an ensemble of {len(members)} members in {run_dir}:"]
     for k, member in enumerate(members):

@@ -4,7 +4,7 @@
     python scripts/ablate.py --minutes 10 --rows postln,preln
     python scripts/ablate.py --report-only        # table and PNG from the rows already finished
 
-Every row trains ``experiment=multi30k_en_de`` (transformer_mini, joint 8k BPE, 4096-token batches)
+Every row trains ``experiment=multi30k_en_de_paper`` (transformer_mini, joint 8k BPE, 4096-token batches)
 with the same data, seed, batch size, schedule and wall-clock budget (``train.max_time_minutes``,
 validation included), in its own ``python -m mt.train`` process, one at a time. The rows:
 

@@ -81,7 +81,7 @@ class ModelSpec:
 
     run: str  # fairseq RUN name: logs $PEERS_LOGS/train_<run>.{log,time}
     fairseq_args: tuple[str, ...]  # on top of train_fairseq.sh's 6+6, d 256 "bench-small"
-    mt_overrides: tuple[str, ...]  # on top of experiment=multi30k_en_de model=<name> model.dropout=0.3
+    mt_overrides: tuple[str, ...]  # on top of experiment=multi30k_en_de_paper model=<name> model.dropout=0.3
     default_updates: int
 
 

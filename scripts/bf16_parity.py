@@ -34,7 +34,7 @@ def train_overrides(args: argparse.Namespace, run_dir: Path, precision: str, see
         "train.max_time_minutes=0", f"train.validate_every={args.validate_every}", "train.valid_bleu=false",
         "train.best_metric=loss", f"train.save_every={args.updates}", "train.keep_last=1", "train.average_last=0",
         "train.test_at_end=false", "train.samples=0", "train.progress=false", "train.tensorboard=false",
-        "train.threads=2",
+        "train.threads=2", "train.members=1",
     ]
 
 

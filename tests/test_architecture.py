@@ -23,6 +23,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "device": {"errors"},
     "allocator": set(),
     "kernel_cache": set(),
+    "runs": {"errors"},
     "data": {"errors", "config"},
     "model": {"config", "kernel_cache"},
     "decode": {"errors", "config", "data", "model"},
@@ -31,11 +32,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "export": {"errors", "config", "data", "model", "decode", "checkpoint"},
     "serve": {"errors", "config", "data", "model", "decode", "checkpoint"},
     "train": {
-        "errors", "config", "device", "allocator", "kernel_cache", "data", "model", "decode", "checkpoint", "eval",
+        "errors", "config", "device", "allocator", "kernel_cache", "runs", "data", "model", "decode", "checkpoint",
+        "eval",
     },
     "cli": {
-        "errors", "config", "device", "allocator", "kernel_cache", "data", "model", "decode", "checkpoint", "eval",
-        "export", "serve", "train",
+        "errors", "config", "device", "allocator", "kernel_cache", "runs", "data", "model", "decode", "checkpoint",
+        "eval", "export", "serve", "train",
     },
 }
 

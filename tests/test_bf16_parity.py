@@ -25,6 +25,7 @@ def test_runs_differ_only_in_precision_and_seed(parity, tmp_path):
     assert a.model == b.model == preset.model and a.optim == b.optim == preset.optim
     assert a.data.max_tokens == preset.data.max_tokens and a.train.max_updates == 800
     assert a.train.validate_every == 200 and not a.train.valid_bleu and a.train.max_time_minutes == 0
+    assert a.train.members == b.train.members == 1  # one model per run, whatever the preset trains
 
 
 def test_table_reports_per_seed_differences_and_speeds(parity):

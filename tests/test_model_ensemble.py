@@ -18,6 +18,7 @@ from mt.decode import Translator
 from mt.decode.beam import beam_search
 from mt.decode.greedy import greedy_search
 from mt.model import Ensemble, build_model
+from mt.runs import experiment_checkpoints, write_ensemble_record
 
 
 def tiny(seed: int, layers: int = 2):
@@ -101,6 +102,23 @@ def test_mt_translate_takes_several_checkpoints_as_one_ensemble(demo, tmp_path: 
     assert outputs["two"].read_text(encoding="utf-8") == outputs["one"].read_text(encoding="utf-8")
 
 
+def test_mt_translate_exp_decodes_the_members_a_run_recorded(demo, tmp_path: Path, monkeypatch, capsys) -> None:
+    run = tmp_path / "runs" / "pair"
+    for k in (1, 2):
+        (run / f"member_{k}").mkdir(parents=True)
+        (run / f"member_{k}" / "chosen.pt").symlink_to(demo.ckpt)
+    write_ensemble_record(run, [run / "member_1" / "chosen.pt", run / "member_2" / "chosen.pt"])
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "test.src"
+    source.write_text("\n".join(demo.sources[:5]) + "\n", encoding="utf-8")
+    argv = ["--exp", "pair", "--input", str(source), "--output", str(tmp_path / "out.txt"), "--strategy", "greedy"]
+    assert translate_main(argv) == 0
+    assert "an ensemble of 2" in capsys.readouterr().err
+    (run / "member_2" / "chosen.pt").unlink()  # a member gone: named, as a missing --ckpt is
+    assert translate_main(argv) == 1
+    assert "checkpoint not found: runs/pair/member_2/chosen.pt" in capsys.readouterr().err
+
+
 def test_train_members_trains_each_member_then_tests_them_as_one_ensemble(tmp_path: Path, capsys) -> None:
     from helpers import tiny_config
 
@@ -122,6 +140,7 @@ def test_train_members_trains_each_member_then_tests_them_as_one_ensemble(tmp_pa
         stored = load_checkpoint(member / "checkpoints" / "last.pt")
         assert stored["config"]["train"]["seed"] == seed and stored["train_state"]["step"] == 6
     assert not (run / "member_1" / "test_results.json").exists()  # members are tested together only
+    assert [str(p) for p in experiment_checkpoints(run)] == results["members"]  # what --exp decodes now
 
     again = train(cfg)  # a rerun resumes: both members are done, the ensemble is tested again
     assert again.test["bleu"] == summary.test["bleu"]

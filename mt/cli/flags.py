@@ -71,8 +71,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, ensemble: bool = False) -
     """``--ckpt``/``--exp``, ``--device``, ``--threads``, ``--debug``; ``ensemble``: ``--ckpt`` takes several."""
     if ensemble:
         parser.add_argument("--ckpt", type=Path, nargs="+", metavar="CKPT",
-                            help="checkpoint (default: runs/<exp>/checkpoints/best.pt); several checkpoints with "
-                                 "the same vocabulary decode as one ensemble (their mean probabilities)")
+                            help="checkpoint (default: runs/<exp>/checkpoints/best.pt, or the members of "
+                                 "runs/<exp>/ensemble.json after train.members=N); several checkpoints with the "
+                                 "same vocabulary decode as one ensemble (their mean probabilities)")
     else:
         parser.add_argument("--ckpt", type=Path, help="checkpoint (default: runs/<exp>/checkpoints/best.pt)")
     parser.add_argument("--exp", default="demo", help="experiment name for the default checkpoint")

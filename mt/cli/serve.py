@@ -99,7 +99,8 @@ def load_engine(args: argparse.Namespace):
     translator, cfg, paths = load_translator(argparse.Namespace(**{**vars(args), "threads": 1}))
     source, targets, tagged = served_languages(cfg, args)
     print(f"mt-serve: decoding defaults {translator.cfg}", file=sys.stderr)
-    return TorchEngine(translator, source, targets, f"{paths[0]} on {translator.device}", tagged=tagged)
+    models = " + ".join(map(str, paths))  # several: an ensemble
+    return TorchEngine(translator, source, targets, f"{models} on {translator.device}", tagged=tagged)
 
 
 def served_languages(cfg, args: argparse.Namespace) -> tuple[str, list[str], bool]:
@@ -179,7 +180,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     add_version_flag(parser)
-    add_model_args(parser)
+    add_model_args(parser, ensemble=True)
     add_serve_args(parser)
     add_decode_args(parser)
     return parser.parse_args(argv)

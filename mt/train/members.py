@@ -2,11 +2,13 @@
 
 Member k (1-based) is the configured run with seed ``train.seed + k - 1``, a ``train.max_time_minutes / N``
 budget and its own directory ``<run_dir>/member_<k>`` (its checkpoints, metrics, plots, averaging and its
-choice on valid, as any run). Rerunning the command resumes where it stopped: a finished member stops at
-once (its budget is spent) and keeps its choice, the interrupted one resumes exactly. The test split is then
-translated by the members' chosen checkpoints as one ensemble (``mt.model.Ensemble``: their mean
-probabilities) into ``<run_dir>/test_results.json``. On Multi30k two 55-minute 6+6 models together scored
-+0.95 BLEU on test2016 over each alone (docs/recipes.md). One process only: not under torchrun.
+choice on valid, as any run). ``<run_dir>/ensemble.json`` records the members' chosen checkpoints: ``--exp``
+of mt-translate, mt-eval and mt-serve then decodes them as one ensemble (``mt.runs``). Rerunning the command
+resumes where it stopped: a finished member stops at once (its budget is spent) and keeps its choice, the
+interrupted one resumes exactly. The test split is then translated by the members' chosen checkpoints as one
+ensemble (``mt.model.Ensemble``: their mean probabilities) into ``<run_dir>/test_results.json``. On Multi30k
+two 55-minute 6+6 models together scored +0.95 BLEU on test2016 over each alone (docs/recipes.md). One process
+only: not under torchrun.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from mt import __version__
 from mt.config import Config, ConfigError
+from mt.runs import write_ensemble_record
 from mt.train.summary import RunSummary
 
 
@@ -38,9 +41,10 @@ def member_configs(cfg: Config) -> list[Config]:
 
 
 def ensemble_summary(cfg: Config, members: list[RunSummary], test: dict, samples: list) -> RunSummary:
-    """Write the ensemble's test scores next to the members and print where everything is."""
+    """Record the members' choice (``mt.runs``) and the ensemble's test scores; print where everything is."""
     run_dir = Path(cfg.train.run_dir)
     chosen = [str(m.best_checkpoint) for m in members]
+    write_ensemble_record(run_dir, [Path(path) for path in chosen])
     if test:
         results = {**test, "mt_version": __version__}  # test["members"]: the chosen checkpoints
         (run_dir / "test_results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -51,6 +55,8 @@ def ensemble_summary(cfg: Config, members: list[RunSummary], test: dict, samples
         lines.append(f"  test BLEU     : {test['bleu']:.2f}  chrF {test['chrf']:.2f}  ({test['bleu_signature']})")
     for src, ref, hyp in samples:
         lines += [f"  SRC {src}", f"  REF {ref}", f"  HYP {hyp}", ""]
-    lines.append(f'Translate with: make translate CKPT="{" ".join(chosen)}"')
+    by_name = run_dir.resolve() == (Path("runs") / cfg.name).resolve()
+    how = f"EXP={cfg.name}" if by_name else f'CKPT="{" ".join(chosen)}"'
+    lines.append(f"Translate with: echo 'some text' | make translate {how}")
     print("\n".join(lines), flush=True)
     return RunSummary(run_dir, "members", sum(m.step for m in members), None, test, [], samples)

@@ -75,3 +75,12 @@ def test_the_main_thread_loads_the_model_on_one_torch_thread(ckpt):
         assert len(engine.translate(["one"], Options())) == 1
     finally:
         torch.set_num_threads(1)
+
+
+def test_several_checkpoints_serve_as_one_ensemble(ckpt):
+    from mt.cli.serve import load_engine, parse_args
+    from mt.model import Ensemble
+
+    engine = load_engine(parse_args(["--ckpt", str(ckpt), str(ckpt), "--port", "0"]))
+    assert isinstance(engine.translator.model, Ensemble)
+    assert engine.description.startswith(f"{ckpt} + {ckpt} on ")

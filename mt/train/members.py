@@ -44,7 +44,7 @@ def ensemble_summary(cfg: Config, members: list[RunSummary], test: dict, samples
     """Record the members' choice (``mt.runs``) and the ensemble's test scores; print where everything is."""
     run_dir = Path(cfg.train.run_dir)
     chosen = [str(m.best_checkpoint) for m in members]
-    write_ensemble_record(run_dir, [Path(path) for path in chosen])
+    write_ensemble_record(run_dir, [m.best_checkpoint for m in members])
     if test:
         results = {**test, "mt_version": __version__}  # test["members"]: the chosen checkpoints
         (run_dir / "test_results.json").write_text(json.dumps(results, indent=2) + "\n")

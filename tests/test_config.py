@@ -156,5 +156,20 @@ def test_multi30k_paper_preset_is_the_preset_with_the_papers_model_and_decoding(
     assert (paper.model.pre_ln, paper.model.positions) == (False, "sinusoidal")
     assert (paper.decode.stopping, paper.decode.alpha) == ("topk_eos", 0.6)
     assert paper.model.d_model == preset.model.d_model and paper.optim == preset.optim and paper.data == preset.data
-    assert replace(paper.train, run_dir="") == replace(preset.train, run_dir="")
+    assert replace(paper.train, run_dir="", members=2) == replace(preset.train, run_dir="")
     assert paper.name == "multi30k_en_de_paper" and paper.train.run_dir.endswith("multi30k_en_de_paper")
+
+
+def test_the_papers_model_is_one_4_plus_4_mini_and_model_overrides_keep_their_own_depth():
+    # regression: the preset's 6+6 depth and its two members once leaked into the paper's preset, so the
+    # benchmarks that train it (and fairseq's 4+4 counterpart in bench_peers) compared other models
+    from mt.config import compose
+
+    paper, preset = compose(["experiment=multi30k_en_de_paper"]), compose(["experiment=multi30k_en_de"])
+    assert (paper.model.name, paper.model.encoder_layers, paper.model.decoder_layers) == ("transformer_mini", 4, 4)
+    assert paper.train.members == 1
+    assert (preset.model.encoder_layers, preset.model.decoder_layers, preset.train.members) == (6, 6, 2)
+    small = compose(["experiment=multi30k_en_de_paper", "model=transformer_small"]).model
+    assert (small.encoder_layers, small.decoder_layers, small.d_model) == (6, 6, 256)
+    mini = compose(["experiment=multi30k_en_de", "model=transformer_mini"]).model
+    assert (mini.encoder_layers, mini.decoder_layers) == (4, 4)

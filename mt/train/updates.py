@@ -124,7 +124,7 @@ class UpdateLoop:
         state.nonfinite_in_a_row = 0
         self.window.add(result, time.monotonic() - t0)
         bar.update(state.step, loss=result.loss_sum / max(result.ntokens, 1) / math.log(2), lr=lr,
-                   tok_s=self.window.tokens_per_s())
+                   tok_s=self.window.tokens_per_s(), spent=budget_progress(state.step, self.clock.elapsed(), cfg.train))
         if state.step % cfg.train.log_every == 0:
             self.metrics.log("train", state.step, lr=lr, epoch=state.epoch, **self.window.flush())
         return True

@@ -41,6 +41,7 @@ def train_once(name: str, updates: int, data_dir: str | Path, overrides: list[st
         "experiment=multi30k_en_de_paper",  # the paper's model, as the other benchmarks and fairseq
         f"name={name}", f"train.run_dir={run_dir}", f"data.dir={data_dir}", f"train.max_updates={updates}",
         "train.max_time_minutes=0", "train.average_last=0", "train.test_at_end=false", "train.progress=false",
+        "train.members=1",  # one checkpoint in runs/<name>/checkpoints, whatever the preset trains
         *overrides,
     ]
     print(f"\n=== training {label} ({updates} updates, once; reused from {path} after)", flush=True)

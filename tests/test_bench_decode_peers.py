@@ -76,3 +76,18 @@ def test_engines_run_at_most_threads_batches_at_a_time(flag: str):
     )
     assert out.returncode == 2
     assert f"{flag} must be between 1 and --threads (2), got 3" in out.stderr
+
+
+
+def test_the_benchmarks_checkpoints_are_one_papers_model_whatever_the_preset_trains(tmp_path, monkeypatch):
+    # regression: the preset's two 6+6 members leaked into the benchmarks' checkpoints (runs/<name>/member_k)
+    from mt.config import compose
+
+    commands = []
+    monkeypatch.setattr(subprocess, "run", lambda command, **_: commands.append(command))
+    with script_with_siblings("bench", ()) as bench:
+        monkeypatch.setattr(bench, "REPO", tmp_path)
+        path = bench.train_once("bench_x", 1000, tmp_path / "data", ["train.validate_every=1000"], "a checkpoint")
+    assert path == tmp_path / "runs" / "bench_x" / "checkpoints" / "checkpoint_1000.pt"
+    cfg = compose(commands[0][3:])  # [python, -m, mt.train, overrides...]
+    assert (cfg.model.encoder_layers, cfg.model.decoder_layers, cfg.model.pre_ln, cfg.train.members) == (4, 4, False, 1)

@@ -168,6 +168,9 @@ class TrainConfig:
     # >1: that many models one after another (seeds seed, seed+1, ...), each max_time_minutes / members,
     # tested as one ensemble (mt.train.members)
     members: int = 1
+    # a member's least budget: when max_time_minutes / members is below it, as many members train as get it
+    # (at least one model); 0 = off
+    member_min_minutes: float = 0.0
     progress: bool = True  # tqdm progress bar
     tensorboard: bool = True
 

@@ -179,6 +179,7 @@ RULES: dict[str, list[Rule]] = {
         at_least("max_nonfinite_in_a_row", 1),
         at_least("samples", 0),
         at_least("members", 1, "1 = one model; more: an ensemble of that many, trained one after another"),
+        at_least("member_min_minutes", 0, "a member's least budget in minutes; 0 = off"),
     ],
     "decode": [
         one_of("strategy", ("beam", "greedy", "sample")),

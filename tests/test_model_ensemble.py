@@ -154,3 +154,32 @@ def test_train_members_refuses_torchrun(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="without torchrun"):
         member_configs(tiny_config(tmp_path, "train.members=2"))
+
+
+@pytest.mark.parametrize(
+    ("minutes", "members", "least", "expected"),
+    [(112, 2, 40, 2), (55, 2, 40, 1), (100, 3, 40, 2), (130, 3, 40, 3), (10, 2, 40, 1), (55, 2, 0, 2), (0, 2, 40, 2)],
+)
+def test_members_that_fit_the_budget(minutes, members, least, expected) -> None:
+    from mt.config import TrainConfig
+    from mt.train.members import members_that_fit
+
+    tc = TrainConfig(members=members, max_time_minutes=minutes, member_min_minutes=least)
+    assert members_that_fit(tc) == expected
+
+
+def test_a_budget_too_short_for_the_members_trains_one_model_and_says_so(tmp_path: Path, capsys) -> None:
+    from helpers import tiny_config
+
+    from mt.train.loop import train
+
+    cfg = tiny_config(tmp_path, "train.members=2", "train.member_min_minutes=40", "train.max_time_minutes=55",
+                      "train.max_updates=3", "train.save_every=3", "train.validate_every=3", "train.test_at_end=false")
+    summary = train(cfg)
+    run = Path(cfg.train.run_dir)
+    out = capsys.readouterr().out
+    assert "train.members=2: 55 minutes give each member less than train.member_min_minutes=40; training one " \
+           "model instead" in out
+    assert "member 1 of" not in out and not (run / "member_1").exists() and not (run / "ensemble.json").exists()
+    assert summary.step == 3 and experiment_checkpoints(run) == [run / "checkpoints" / "best.pt"]
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["config"]["train"]["members"] == 1

@@ -6,6 +6,7 @@ checkpoints directory, the valid and test splits, a device), never on the traine
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from mt.data.languages import data_pairs, is_multilingual
 from mt.device import resolve_device
 from mt.eval.scoring import mean_over_pairs, translate_and_score
 from mt.train.distributed import shutdown
-from mt.train.members import ensemble_summary, member_configs
+from mt.train.members import ensemble_summary, fewer_members_note, member_configs, members_that_fit
 from mt.train.state import TrainState
 from mt.train.summary import RunSummary, append_test_row, draw_plots, print_summary
 from mt.train.trainer import Trainer
@@ -31,9 +32,14 @@ __all__ = ["RunSummary", "average_last", "checkpoint_valid_bleu", "finish_run", 
 
 def train(cfg: Config) -> RunSummary:
     """Run (or resume) training as configured and finish the run; returns what was produced. With
-    ``train.members`` > 1: that many runs one after another, tested as one ensemble (``mt.train.members``)."""
-    if cfg.train.members > 1:
+    ``train.members`` > 1: that many runs one after another, tested as one ensemble (``mt.train.members``;
+    fewer, down to one model, when the budget is short for them: ``train.member_min_minutes``)."""
+    count = members_that_fit(cfg.train)
+    if count < cfg.train.members:
+        print(fewer_members_note(cfg.train, count), flush=True)
+    if count > 1:
         return train_members(cfg)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, members=1))
     trainer = Trainer(cfg)
     try:
         reason = trainer.run()

@@ -1,9 +1,10 @@
 """An ensemble from one command: ``train.members=N`` trains N models one after another, then tests them as one.
 
 Member k (1-based) is the configured run with seed ``train.seed + k - 1``, a ``train.max_time_minutes / N``
-budget and its own directory ``<run_dir>/member_<k>`` (its checkpoints, metrics, plots, averaging and its
-choice on valid, as any run). ``<run_dir>/ensemble.json`` records the members' chosen checkpoints: ``--exp``
-of mt-translate, mt-eval and mt-serve then decodes them as one ensemble (``mt.runs``). Rerunning the command
+budget (fewer members when that is under ``train.member_min_minutes``: ``members_that_fit``) and its own
+directory ``<run_dir>/member_<k>`` (its checkpoints, metrics, plots, averaging and its choice on valid, as any
+run). ``<run_dir>/ensemble.json`` records the members' chosen checkpoints: ``--exp`` of mt-translate, mt-eval
+and mt-serve then decodes them as one ensemble (``mt.runs``). Rerunning the command
 resumes where it stopped: a finished member stops at once (its budget is spent) and keeps its choice, the
 interrupted one resumes exactly. The test split is then translated by the members' chosen checkpoints as one
 ensemble (``mt.model.Ensemble``: their mean probabilities) into ``<run_dir>/test_results.json``. On Multi30k
@@ -15,13 +16,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 
 from mt import __version__
-from mt.config import Config, ConfigError
+from mt.config import Config, ConfigError, TrainConfig
 from mt.runs import write_ensemble_record
 from mt.train.summary import RunSummary
+
+
+def members_that_fit(tc: TrainConfig) -> int:
+    """How many members train: ``train.members``, or fewer when ``max_time_minutes / members`` is under
+    ``train.member_min_minutes`` (as many as get that budget, at least 1). On Multi30k two 6+6 members of 56
+    minutes beat one model of 112, two of 27.5 lose to one of 55 (docs/recipes.md, "Ensembles")."""
+    if tc.member_min_minutes <= 0 or tc.max_time_minutes <= 0:
+        return tc.members
+    return max(1, min(tc.members, math.floor(tc.max_time_minutes / tc.member_min_minutes)))
+
+
+def fewer_members_note(tc: TrainConfig, count: int) -> str:
+    """What the log says when ``members_that_fit`` is below ``train.members``."""
+    what = "one model" if count == 1 else f"{count} members"
+    return (f"train.members={tc.members}: {tc.max_time_minutes:g} minutes give each member less than "
+            f"train.member_min_minutes={tc.member_min_minutes:g}; training {what} instead")
 
 
 def member_configs(cfg: Config) -> list[Config]:
@@ -30,7 +48,7 @@ def member_configs(cfg: Config) -> list[Config]:
         raise ConfigError(
             [f"train.members={cfg.train.members}: the members train in one process; run it without torchrun"]
         )
-    count, tc = cfg.train.members, cfg.train
+    count, tc = members_that_fit(cfg.train), cfg.train
     return [
         dataclasses.replace(cfg, train=dataclasses.replace(
             tc, members=1, seed=tc.seed + k, run_dir=str(Path(tc.run_dir) / f"member_{k + 1}"),

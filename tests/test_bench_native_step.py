@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -23,10 +22,6 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("placement", ["model.pre_ln=false", "model.pre_ln=true"])
 def test_smoke_run_gives_the_python_steps_logits_bit_for_bit(tmp_path, multi30k_dir, placement):
-    from torch.utils.cpp_extension import is_ninja_available
-
-    if shutil.which("c++") is None or not is_ninja_available():
-        pytest.skip("needs a C++ compiler and ninja to build scripts/native_step.cpp")
     ckpt = untrained_checkpoint(tmp_path / "mini.pt", placement)
     out = run_script("--smoke", "--ckpt", str(ckpt), "--data-dir", str(multi30k_dir), "--threads", "1")
     assert out.returncode == 0, out.stderr

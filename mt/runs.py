@@ -18,6 +18,11 @@ from mt.errors import UserError
 ENSEMBLE_RECORD = "ensemble.json"
 
 
+def experiment_dir(name: str) -> Path:
+    """Where ``--exp NAME`` looks for a run: ``runs/NAME`` (the presets' ``train.run_dir``)."""
+    return Path("runs") / name
+
+
 def best_checkpoint(run_dir: Path) -> Path:
     """The checkpoint a run of one model is used through."""
     return run_dir / "checkpoints" / "best.pt"

@@ -28,7 +28,7 @@ from mt.cli.errors import run_command
 from mt.cli.flags import add_decode_args, add_model_args, add_version_flag, add_workers_flag, decode_config
 from mt.cli.output import atomic_output, check_input_file, check_output_file
 from mt.errors import UserError
-from mt.runs import experiment_checkpoints
+from mt.runs import experiment_checkpoints, experiment_dir
 
 if TYPE_CHECKING:  # torch and the model load only once the flags are parsed: usage errors and --help are instant
     from mt.config import Config, DecodeConfig
@@ -39,7 +39,7 @@ def checkpoint_paths(args: argparse.Namespace) -> list[Path]:
     """``--ckpt`` (several: an ensemble), or what the experiment's run left (its best checkpoint, or its
     members: ``mt.runs``); a clear error for one that is missing or a directory."""
     given = args.ckpt if isinstance(args.ckpt, list) else [args.ckpt] if args.ckpt is not None else None
-    paths = given if given is not None else experiment_checkpoints(Path("runs") / args.exp)
+    paths = given if given is not None else experiment_checkpoints(experiment_dir(args.exp))
     for path in paths:
         if path.is_dir():
             inside = [p for p in (path / "best.pt", path / "checkpoints" / "best.pt") if p.is_file()]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mt import __version__
 from mt.config import Config, ConfigError, TrainConfig
-from mt.runs import write_ensemble_record
+from mt.runs import experiment_dir, write_ensemble_record
 from mt.train.summary import RunSummary
 
 
@@ -62,8 +62,8 @@ def member_configs(cfg: Config) -> list[Config]:
 def ensemble_summary(cfg: Config, members: list[RunSummary], test: dict, samples: list) -> RunSummary:
     """Record the members' choice (``mt.runs``) and the ensemble's test scores; print where everything is."""
     run_dir = Path(cfg.train.run_dir)
-    chosen = [str(m.best_checkpoint) for m in members]
-    write_ensemble_record(run_dir, [m.best_checkpoint for m in members])
+    chosen = [m.best_checkpoint for m in members]
+    write_ensemble_record(run_dir, chosen)
     if test:
         results = {**test, "mt_version": __version__}  # test["members"]: the chosen checkpoints
         (run_dir / "test_results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -74,8 +74,8 @@ def ensemble_summary(cfg: Config, members: list[RunSummary], test: dict, samples
         lines.append(f"  test BLEU     : {test['bleu']:.2f}  chrF {test['chrf']:.2f}  ({test['bleu_signature']})")
     for src, ref, hyp in samples:
         lines += [f"  SRC {src}", f"  REF {ref}", f"  HYP {hyp}", ""]
-    by_name = run_dir.resolve() == (Path("runs") / cfg.name).resolve()
-    how = f"EXP={cfg.name}" if by_name else f'CKPT="{" ".join(chosen)}"'
+    by_name = run_dir.resolve() == experiment_dir(cfg.name).resolve()
+    how = f"EXP={cfg.name}" if by_name else f'CKPT="{" ".join(map(str, chosen))}"'
     lines.append(f"Translate with: echo 'some text' | make translate {how}")
     print("\n".join(lines), flush=True)
     return RunSummary(run_dir, "members", sum(m.step for m in members), None, test, [], samples)

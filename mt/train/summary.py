@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mt.config import Config
-from mt.runs import best_checkpoint
+from mt.runs import best_checkpoint, experiment_dir
 from mt.train.state import TrainState
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def print_summary(s: RunSummary, state: TrainState, ckpt_dir: Path, cfg: Config)
         lines.append("Sample translations (test):")
         for src, ref, hyp in s.samples:
             lines += [f"  SRC {src}", f"  REF {ref}", f"  HYP {hyp}", ""]
-    by_name = s.best_checkpoint == best_checkpoint(Path("runs") / cfg.name)  # what --exp finds (mt.runs)
+    by_name = s.best_checkpoint == best_checkpoint(experiment_dir(cfg.name))  # what --exp finds (mt.runs)
     how = f"EXP={cfg.name}" if by_name else f"CKPT={s.best_checkpoint}"
     lines.append(f"Translate with it: echo 'some text' | make translate {how}")
     print("\n".join(lines), flush=True)

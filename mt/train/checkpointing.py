@@ -93,6 +93,18 @@ class Checkpointer:
             return state, path
         return TrainState(), None
 
+    def restart(self, path: Path, device: torch.device) -> TrainState:
+        """Go on from another run's checkpoint with the update count, clock and best at 0 (a warm restart):
+        its weights, optimizer moments, data position and random generators are restored."""
+        stored = ckpt.load_checkpoint(path, map_location=device)  # CheckpointError names a missing file
+        check_same_model(stored, self.cfg, self.tokenizers, run_dir=self.run_dir, path=path)
+        restored = self._restore(stored)
+        state = TrainState(epoch=restored.epoch, batch_in_epoch=restored.batch_in_epoch)
+        if self.dist.is_main:
+            print(f"Restarted from {path} (its update {restored.step}): updates, lr schedule and clock "
+                  "start again", flush=True)
+        return state
+
     def _restore(self, stored: dict[str, Any]) -> TrainState:
         self.model.load_state_dict(stored["model"])
         self.optimizer.load_state_dict(stored["optimizer"])

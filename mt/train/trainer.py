@@ -33,8 +33,10 @@ class Trainer:
         )
         self.state, self.resumed_from = self.checkpoints.resume(self.device)  # refuses another model's run dir
         self.metrics = MetricsLog(self.run_dir, enabled=self.dist.is_main, tensorboard=tc.tensorboard)
-        if self.resumed_from is None:
-            seed_ranks(tc.seed, self.dist)  # after a resume the restored generators go on instead
+        if self.resumed_from is None and tc.restart_from:  # a warm restart; once it saved, a resume instead
+            self.state = self.checkpoints.restart(Path(tc.restart_from), self.device)
+        elif self.resumed_from is None:
+            seed_ranks(tc.seed, self.dist)  # after a resume or a restart the restored generators go on instead
         self.step_ctx = step_context(parts)
         self.valid_settings = ValidationSettings.from_config(self.cfg)
         self.clock = Clock(self.state.train_seconds)

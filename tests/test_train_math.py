@@ -131,6 +131,22 @@ def test_chunked_output_loss_equals_the_logits_path_in_value_and_gradient(chunk_
     assert not nll.requires_grad
 
 
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_losses_read_off_the_softmax_equal_token_losses(epsilon):
+    from mt.train.loss import softmax_losses, token_losses
+
+    torch.manual_seed(0)
+    z = 4 * torch.randn(40, 30)
+    z[3], z[7, :] = 0.0, 50.0  # a flat row; a row where the target (below) is far behind: p_y underflows
+    target = torch.randint(0, 30, (40, 1))
+    z[7, target[7, 0]] = -150.0
+    probs, loss, nll = softmax_losses(z, target, epsilon)
+    ref_loss, ref_nll, _ = token_losses(z, target, epsilon)
+    assert torch.allclose(probs, torch.softmax(z, dim=-1))
+    assert torch.allclose(nll, ref_nll, rtol=1e-5, atol=1e-5) and torch.allclose(loss, ref_loss, rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(nll).all() and nll[7].item() == pytest.approx(200.0 + math.log(29), rel=1e-5)
+
+
 def test_chunked_output_loss_under_bf16_autocast_is_close_to_float32():
     from mt.train.loss import output_loss
 

@@ -32,6 +32,28 @@ def token_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
     return on_target * nll + eps_other * smooth, nll, lse
 
 
+# below this a float32 softmax entry has lost its precision (denormal) or is 0: such rows take logsumexp instead
+TINY_PROB = 1e-30
+
+
+def softmax_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
+    """``(probs, loss, nll)`` of logits z (N, V) against target (N, 1): the softmax (N, V) in a new tensor and
+    ``token_losses``' per-row loss and NLL, read off the softmax (``nll = -log p_y``, ``lse = z_y + nll``), so
+    the rows are exponentiated once, in one fused kernel, where ``token_losses`` then ``exp(z - lse)`` take
+    two passes (and ``logsumexp`` several). A row whose target probability underflows gets its NLL from
+    ``logsumexp``, as ``token_losses`` computes it."""
+    on_target, eps_other = smoothing_weights(epsilon, z.size(-1))
+    probs = torch.softmax(z, dim=-1)  # (N, V)
+    z_y = z.gather(1, target).squeeze(1)  # (N,)
+    p_y = probs.gather(1, target).squeeze(1)  # (N,)
+    nll = -torch.log(p_y)  # (N,)
+    tiny = (p_y < TINY_PROB).nonzero().squeeze(1)
+    if tiny.numel():
+        nll[tiny] = torch.logsumexp(z[tiny], dim=-1) - z_y[tiny]
+    smooth = z.size(-1) * (z_y + nll) - z.sum(dim=-1)  # (N,) V lse - sum_j z_j
+    return probs, on_target * nll + eps_other * smooth, nll
+
+
 def logit_gradient_(probs: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float,
                      g_loss, g_nll) -> torch.Tensor:
     """In place: softmax rows probs (N, V) -> d(g_loss * loss_sum + g_nll * nll_sum)/dz; rows with keep=False 0."""
@@ -39,7 +61,8 @@ def logit_gradient_(probs: torch.Tensor, target: torch.Tensor, keep: torch.Tenso
     probs.mul_(g_loss * (on_target + eps_other * probs.size(-1)) + g_nll).sub_(g_loss * eps_other)
     onehot_coef = torch.as_tensor(-(g_loss * on_target + g_nll), dtype=probs.dtype)  # d/dz_y of both sums
     probs.scatter_add_(1, target, onehot_coef.expand(target.shape))
-    return probs.mul_(keep.unsqueeze(1).to(probs.dtype))
+    dropped = (~keep).nonzero().squeeze(1)  # (M,) the padding rows: zeroed alone, not a pass over all rows
+    return probs.index_fill_(0, dropped, 0.0) if dropped.numel() else probs
 
 
 class _SmoothedNLL(torch.autograd.Function):
@@ -106,10 +129,9 @@ class _ChunkedOutputLoss(torch.autograd.Function):
                 rows = slice(start, start + chunk)
                 h, t, k = hidden[rows].to(dtype), target[rows].unsqueeze(1), keep[rows]  # (C, D), (C, 1), (C,)
                 z = (h @ w.t()).to(acc)  # (C, V)
-                loss, nll, lse = token_losses(z, t, epsilon)  # (C,) each
+                probs, loss, nll = softmax_losses(z, t, epsilon)  # (C, V), (C,), (C,)
                 loss_sum += torch.where(k, loss, 0.0).sum()
                 nll_sum += torch.where(k, nll, 0.0).sum()
-                probs = z.sub_(lse.unsqueeze(1)).exp_()  # (C, V) softmax, in z's memory
                 g = logit_gradient_(probs, t, k, epsilon, 1.0, 0.0).to(dtype)
                 grad_hidden[rows] = g @ w  # (C, D)
                 grad_weight += g.t() @ h  # (V, D)

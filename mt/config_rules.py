@@ -180,6 +180,12 @@ RULES: dict[str, list[Rule]] = {
         at_least("samples", 0),
         at_least("members", 1, "1 = one model; more: an ensemble of that many, trained one after another"),
         at_least("member_min_minutes", 0, "a member's least budget in minutes; 0 = off"),
+        Rule(
+            "restart_from",
+            lambda v, g: not v or g.members == 1,
+            "is for one model: with train.members={g.members} every member would go on from that checkpoint "
+            "with its random state, the same run N times",
+        ),
     ],
     "decode": [
         one_of("strategy", ("beam", "greedy", "sample")),

@@ -10,6 +10,7 @@ import torch
 from helpers import tiny_config
 
 from mt.checkpoint import CheckpointError, load_checkpoint
+from mt.config import ConfigError
 from mt.train.loop import train
 from mt.train.trainer import Trainer
 
@@ -59,3 +60,8 @@ def test_a_restart_from_a_missing_or_foreign_checkpoint_is_refused_by_name(sourc
         Trainer(tiny_config(tmp_path / "b", f"train.restart_from={missing}", *RUN))
     with pytest.raises(CheckpointError, match="d_model"):
         Trainer(tiny_config(tmp_path / "c", f"train.restart_from={source}", "model.d_model=48", *RUN))
+
+
+def test_a_restart_of_several_members_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="train.restart_from.*every member would go on from that checkpoint"):
+        tiny_config(tmp_path, "train.restart_from=a.pt", "train.members=2")

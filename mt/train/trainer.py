@@ -2,8 +2,10 @@
 
 ``Trainer(cfg)`` builds the components (``setup``) and resumes from ``run_dir/checkpoints/last.pt``
 when it exists (``checkpointing``), so re-running a command after a crash continues where it
-stopped, with the same next losses. ``run()`` drives the ``UpdateLoop`` and owns what happens at
-its boundaries: validation (sharded over ranks), best tracking, saving, and the checkpoint a signal leaves.
+stopped, with the same next losses; a first start with ``train.restart_from`` goes on from that
+checkpoint with its update count and lr schedule at 0 (a warm restart). ``run()`` drives the
+``UpdateLoop`` and owns what happens at its boundaries: validation (sharded over ranks), best
+tracking, saving, and the checkpoint a signal leaves.
 """
 
 from __future__ import annotations

@@ -25,11 +25,15 @@ def smoothing_weights(epsilon: float, vocab: int) -> tuple[float, float]:
 
 def token_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
     """Per-row ``(loss, nll, lse)`` of logits z (N, V) against target (N, 1) (the module docstring's formula)."""
-    on_target, eps_other = smoothing_weights(epsilon, z.size(-1))
     lse = torch.logsumexp(z, dim=-1)  # (N,)
     nll = lse - z.gather(1, target).squeeze(1)  # (N,)
-    smooth = z.size(-1) * lse - z.sum(dim=-1)  # (N,)
-    return on_target * nll + eps_other * smooth, nll, lse
+    return smoothed_loss(z, nll, lse, epsilon), nll, lse
+
+
+def smoothed_loss(z: torch.Tensor, nll: torch.Tensor, lse: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """Per-row ``on_target * nll + e * smooth`` with ``smooth = V * lse - sum_j z_j`` (the module docstring)."""
+    on_target, eps_other = smoothing_weights(epsilon, z.size(-1))
+    return on_target * nll + eps_other * (z.size(-1) * lse - z.sum(dim=-1))
 
 
 # below this a float32 softmax entry has lost its precision (denormal) or is 0: such rows take logsumexp instead
@@ -42,7 +46,6 @@ def softmax_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
     the rows are exponentiated once, in one fused kernel, where ``token_losses`` then ``exp(z - lse)`` take
     two passes (and ``logsumexp`` several). A row whose target probability underflows gets its NLL from
     ``logsumexp``, as ``token_losses`` computes it."""
-    on_target, eps_other = smoothing_weights(epsilon, z.size(-1))
     probs = torch.softmax(z, dim=-1)  # (N, V)
     z_y = z.gather(1, target).squeeze(1)  # (N,)
     p_y = probs.gather(1, target).squeeze(1)  # (N,)
@@ -50,8 +53,7 @@ def softmax_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
     tiny = (p_y < TINY_PROB).nonzero().squeeze(1)
     if tiny.numel():
         nll[tiny] = torch.logsumexp(z[tiny], dim=-1) - z_y[tiny]
-    smooth = z.size(-1) * (z_y + nll) - z.sum(dim=-1)  # (N,) V lse - sum_j z_j
-    return probs, on_target * nll + eps_other * smooth, nll
+    return probs, smoothed_loss(z, nll, z_y + nll, epsilon), nll
 
 
 def logit_gradient_(probs: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float,

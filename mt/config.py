@@ -71,7 +71,9 @@ class DataConfig:
     test_prefix: str = "test"
     demo: DemoConfig = field(default_factory=DemoConfig)
     hub: HubConfig = field(default_factory=HubConfig)
-    # tokenizer
+    # tokenizer: trained on the training split, or reused from a directory holding spm.model (joint) or
+    # src.model + tgt.model (another run's vocabulary: data.vocab_size and data.joint_vocab then do not apply)
+    tokenizer: str | None = None
     vocab_size: int = 8000  # rounded up to a multiple of 8 in the model
     joint_vocab: bool = True
     character_coverage: float = 1.0

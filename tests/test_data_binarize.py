@@ -150,3 +150,31 @@ def test_parallel_binarization_matches_single_process(
     assert torch.equal(parallel.src_lens, single.src_lens) and torch.equal(parallel.tgt_lens, single.tgt_lens)
     assert all(parallel.tgt_ids(i) == single.tgt_ids(i) for i in range(len(single)))
     assert list(parallel.src_text) == list(single.src_text)
+
+
+def test_a_given_tokenizer_is_reused_not_trained(
+    data: PreparedData, multi30k_dir: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """data.tokenizer: another run's vocabulary encodes other training text (no tokenizer is trained); its
+    cache key is the tokenizer's content, so the same files under another name share the cache entry."""
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("trained a tokenizer although data.tokenizer gives one")
+
+    monkeypatch.setattr("mt.data.binarize.train_tokenizers", fail)
+    given = data.cache_dir / "tokenizer"
+    other = _val_cfg(multi30k_dir, cache, train_prefix="test_2016_flickr", vocab_size=800, tokenizer=str(given))
+    reused = prepare_data(other, splits=("train", "valid"))
+    assert reused.tokenizers.src.model_proto == data.tokenizers.src.model_proto
+    assert reused.cache_dir != data.cache_dir and (reused.cache_dir / "tokenizer" / "spm.model").is_file()
+    train = reused.splits["train"]
+    assert len(train) == 1000 and train.tgt_ids(5) == data.tokenizers.tgt.encode(train.tgt_text[5])
+    assert torch.equal(reused.splits["valid"].src_lens, data.splits["valid"].src_lens)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "spm.model").write_bytes((given / "spm.model").read_bytes())
+    assert prepare_data(replace(other, tokenizer=str(copy)), splits=("valid",)).cache_dir == reused.cache_dir
+
+
+def test_a_given_tokenizer_that_is_not_there_is_named(multi30k_dir: Path, cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"data.tokenizer=.*empty: no tokenizer there \(spm.model, or src.model"):
+        prepare_data(_val_cfg(multi30k_dir, cache, tokenizer=str(tmp_path / "empty")), splits=("valid",))

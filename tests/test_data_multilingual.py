@@ -162,6 +162,18 @@ def test_one_pair_keeps_its_cache_keys_and_layout(tmp_path: Path) -> None:
     assert root(several) != root(plain)
 
 
+def test_a_given_tokenizer_must_hold_every_target_tag(multi, tmp_path: Path) -> None:
+    """data.tokenizer for several targets: one without their tags is refused by name; one with them is reused."""
+    cfg, data = multi
+    one_pair = prepare_data(small_demo(tmp_path).data, splits=("valid",))
+    given = f"data.tokenizer={one_pair.cache_dir / 'tokenizer'}"
+    with pytest.raises(DataError, match=r"data.tokenizer=.*lacks the target tags \['>>de<<', '>>fr<<'\]"):
+        prepare_data(small_demo(tmp_path, "data.pairs=[en-de,en-fr]", given).data, splits=("valid",))
+    tagged = f"data.tokenizer={data.cache_dir / 'tokenizer'}"
+    again = prepare_data(small_demo(tmp_path, "data.pairs=[en-de,en-fr]", tagged).data, splits=("valid",))
+    assert again.splits["valid"].src_ids(0) == data.splits["valid"].src_ids(0)
+
+
 def test_several_targets_need_one_joint_vocabulary(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="joint_vocab"):
         small_demo(tmp_path, "data.pairs=[en-de,en-fr]", "data.joint_vocab=false")

@@ -8,7 +8,8 @@ Cache layout (``cfg.cache_dir``)::
     <tok_fp>/<split>-<fp>/ binarized split: Arrow src, tgt (text), src_ids, tgt_ids (int32) + stats.json
                            (several pairs: also ``pair`` (int32), the index into ``data_pairs``)
 
-``tok_fp`` hashes the training data's content and the tokenizer settings; a split's ``fp`` hashes its own
+``tok_fp`` hashes the training data's content and the tokenizer settings (or, with ``data.tokenizer``, the
+reused tokenizer's files: that directory's models are copied into the cache); a split's ``fp`` hashes its own
 content, ``tok_fp`` and (train only) the filter settings. With several pairs a split's content key covers
 every pair's files in order, and ``tok_fp`` the target tags too; one pair keeps the keys it always had.
 
@@ -39,7 +40,7 @@ from mt.config import ConfigError, DataConfig
 from mt.data.errors import DataError
 from mt.data.languages import data_pairs, is_multilingual, lang_tag, tag_pieces
 from mt.data.pair_sources import PAIR_COLUMN, PairedSplit, open_pairs_split
-from mt.data.sources import SPLITS, RawSplit, fingerprint, progress_bars_on_tty
+from mt.data.sources import SPLITS, RawSplit, file_digest, fingerprint, progress_bars_on_tty
 from mt.data.split import TokenizedSplit
 from mt.data.summary import format_summary
 from mt.data.tokenizer import Tokenizer, Tokenizers, train_tokenizer
@@ -115,6 +116,17 @@ def check_multilingual_vocab(cfg: DataConfig) -> None:
             f"data.joint_vocab=false: several target languages ({', '.join(p.name for p in data_pairs(cfg))}) "
             "need one joint vocabulary (data.joint_vocab=true)"
         ])
+
+
+def check_given_tokenizers(cfg: DataConfig, tokenizers: Tokenizers) -> None:
+    """A reused tokenizer (``data.tokenizer``) must be joint and hold every target tag for several targets."""
+    if is_multilingual(cfg) and not tokenizers.joint:
+        raise DataError(
+            f"data.tokenizer={cfg.tokenizer}: several target languages need one joint vocabulary (spm.model)"
+        )
+    missing = [tag for tag in tag_pieces(cfg) if tokenizers.src.piece_id(tag) is None]
+    if missing:
+        raise DataError(f"data.tokenizer={cfg.tokenizer}: lacks the target tags {missing} of data.pairs")
 
 
 def train_tokenizers(cfg: DataConfig, train: datasets.Dataset) -> Tokenizers:
@@ -235,18 +247,33 @@ class CachePlan:
         return self.root / "tokenizer"
 
 
+def given_tokenizer_files(cfg: DataConfig) -> list[Path]:
+    """The model files of ``data.tokenizer`` ([] when unset); ``DataError`` naming the setting when it holds none."""
+    if not cfg.tokenizer:
+        return []
+    files = Tokenizers.files(cfg.tokenizer)
+    if not files:
+        raise DataError(f"data.tokenizer={cfg.tokenizer}: no tokenizer there (spm.model, or src.model and tgt.model)")
+    return files
+
+
 def plan_cache(cfg: DataConfig, raws: dict[str, RawSplit | PairedSplit]) -> CachePlan:
-    """The cache directories of ``raws`` (which must hold ``train``: the tokenizer's key is its content)."""
+    """The cache directories of ``raws`` (which must hold ``train``: the tokenizer's key is its content, or
+    the content of the ``data.tokenizer`` it reuses)."""
     tags = tag_pieces(cfg)
-    tok_fp = fingerprint(
-        _TOK_VERSION,
-        raws["train"].key,
-        cfg.vocab_size,
-        cfg.joint_vocab,
-        cfg.character_coverage,
-        cfg.tokenizer_sample_size,
-        *([tags] if tags else []),  # one target: no tags, the key it always had
-    )
+    given = given_tokenizer_files(cfg)
+    if given:
+        tok_fp = fingerprint(_TOK_VERSION, "given", [(p.name, file_digest(p)) for p in given])
+    else:
+        tok_fp = fingerprint(
+            _TOK_VERSION,
+            raws["train"].key,
+            cfg.vocab_size,
+            cfg.joint_vocab,
+            cfg.character_coverage,
+            cfg.tokenizer_sample_size,
+            *([tags] if tags else []),  # one target: no tags, the key it always had
+        )
     root = Path(cfg.cache_dir) / tok_fp
     filters = {"train": (cfg.max_len, cfg.max_len_ratio)}
     dirs = {s: root / f"{s}-{fingerprint(_BIN_VERSION, raw.key, tok_fp, filters.get(s))}" for s, raw in raws.items()}
@@ -279,12 +306,16 @@ def prepare_data(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> PreparedDat
     plan = plan_cache(cfg, raws)
     have_tok = Tokenizers.exists(plan.tokenizer_dir)
     todo = [s for s in splits if not _done(plan.split_dirs[s])]
-    to_read = dict.fromkeys((*todo, *(() if have_tok else ("train",))))
+    to_read = dict.fromkeys((*todo, *(() if have_tok or cfg.tokenizer else ("train",))))
     loaded = {s: raws[s].load() for s in to_read}  # all validation happens here, before any training
 
     if have_tok:
         tokenizers = Tokenizers.load(plan.tokenizer_dir)
         logger.info("reusing tokenizer %s", plan.tokenizer_dir)
+    elif cfg.tokenizer:
+        tokenizers = Tokenizers.load(cfg.tokenizer)
+        check_given_tokenizers(cfg, tokenizers)
+        save_tokenizers(tokenizers, plan)
     else:
         tokenizers = train_tokenizers(cfg, loaded["train"])
         save_tokenizers(tokenizers, plan)

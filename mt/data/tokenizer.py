@@ -126,8 +126,17 @@ class Tokenizers:
 
     @staticmethod
     def exists(directory: str | Path) -> bool:
+        return bool(Tokenizers.files(directory))
+
+    @staticmethod
+    def files(directory: str | Path) -> list[Path]:
+        """The model files ``save`` wrote into ``directory``: ``[spm.model]``, ``[src.model, tgt.model]`` or []."""
         directory = Path(directory)
-        return (directory / "spm.model").is_file() or (directory / "tgt.model").is_file()
+        for names in (["spm.model"], ["src.model", "tgt.model"]):
+            paths = [directory / name for name in names]
+            if all(path.is_file() for path in paths):
+                return paths
+        return []
 
 
 def train_tokenizer(

@@ -173,6 +173,9 @@ class TrainConfig:
     # a member's least budget: when max_time_minutes / members is below it, as many members train as get it
     # (at least one model); 0 = off
     member_min_minutes: float = 0.0
+    # members after the first train on the original pairs plus the first member's translations of the training
+    # sources, with its vocabulary (sequence-level knowledge distillation; mt.train.distill)
+    distill: bool = False
     # a checkpoint of this model on this data that the run goes on from (weights, optimizer moments, data
     # position, random state) with its update count, clock and lr schedule at 0: a warm restart; "" = none
     restart_from: str = ""

@@ -20,6 +20,7 @@ from mt.data import TokenizedSplit, prepare_data
 from mt.data.languages import data_pairs, is_multilingual
 from mt.device import resolve_device
 from mt.eval.scoring import mean_over_pairs, translate_and_score
+from mt.train.distill import distill_training_set, distilled_member
 from mt.train.distributed import shutdown
 from mt.train.members import ensemble_summary, fewer_members_note, member_configs, members_that_fit
 from mt.train.state import TrainState
@@ -80,16 +81,21 @@ def train_members(cfg: Config) -> RunSummary:
     """The members of ``train.members`` one after another (stopping at a signal), then their test together."""
     members: list[RunSummary] = []
     configs = member_configs(cfg)
+    device = resolve_device(cfg.train.device, key="train.device")
     for k, member in enumerate(configs):
+        if k == 1 and cfg.train.distill:  # the first member's translations join the later members' data
+            distilled = distill_training_set(members[0].best_checkpoint, cfg, Path(cfg.train.run_dir) / "distilled",
+                                             device)
+            configs[1:] = [distilled_member(c, distilled, pays_for_it=j == 0) for j, c in enumerate(configs[1:])]
+            member = configs[1]
         tc = member.train
-        budget = f", {tc.max_time_minutes:g} min" if tc.max_time_minutes > 0 else ""
+        budget = f", {tc.max_time_minutes:.4g} min" if tc.max_time_minutes > 0 else ""
         print(f"\nmember {k + 1} of {len(configs)}: seed {tc.seed}{budget}, {tc.run_dir}", flush=True)
         members.append(train(member))
         if members[-1].reason.startswith("signal") or members[-1].best_checkpoint is None:
             return members[-1]
     test, samples = {}, []
     if cfg.train.test_at_end:
-        device = resolve_device(cfg.train.device, key="train.device")
         chosen = [Path(m.best_checkpoint) for m in members]  # every member chose one (else returned above)
         with torch.random.fork_rng():
             test, samples = score_on_test(chosen, None, device, samples=cfg.train.samples)

@@ -8,8 +8,9 @@ and mt-serve then decodes them as one ensemble (``mt.runs``). Rerunning the comm
 resumes where it stopped: a finished member stops at once (its budget is spent) and keeps its choice, the
 interrupted one resumes exactly. The test split is then translated by the members' chosen checkpoints as one
 ensemble (``mt.model.Ensemble``: their mean probabilities) into ``<run_dir>/test_results.json``. On Multi30k
-two 55-minute 6+6 models together scored +0.95 BLEU on test2016 over each alone (docs/recipes.md). One process
-only: not under torchrun.
+two 55-minute 6+6 models together scored +0.95 BLEU on test2016 over each alone (docs/recipes.md). With
+``train.distill`` the later members also learn from the first member's translations (``mt.train.distill``).
+One process only: not under torchrun.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from mt import __version__
 from mt.config import Config, ConfigError, TrainConfig
 from mt.runs import experiment_dir, write_ensemble_record
+from mt.train.distill import check_distillable
 from mt.train.summary import RunSummary
 
 
@@ -50,6 +52,8 @@ def member_configs(cfg: Config) -> list[Config]:
             [f"train.members={cfg.train.members}: the members train in one process; run it without torchrun"]
         )
     count, tc = members_that_fit(cfg.train), cfg.train
+    if tc.distill and count > 1:
+        check_distillable(cfg)
     return [
         dataclasses.replace(cfg, train=dataclasses.replace(
             tc, members=1, seed=tc.seed + k, run_dir=str(Path(tc.run_dir) / f"member_{k + 1}"),

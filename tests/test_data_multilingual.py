@@ -167,6 +167,7 @@ def test_a_given_tokenizer_must_hold_every_target_tag(multi, tmp_path: Path) -> 
     cfg, data = multi
     one_pair = prepare_data(small_demo(tmp_path).data, splits=("valid",))
     given = f"data.tokenizer={one_pair.cache_dir / 'tokenizer'}"
+    prepare_data(small_demo(tmp_path, given).data, splits=("valid",))  # cached for one pair: checked again below
     with pytest.raises(DataError, match=r"data.tokenizer=.*lacks the target tags \['>>de<<', '>>fr<<'\]"):
         prepare_data(small_demo(tmp_path, "data.pairs=[en-de,en-fr]", given).data, splits=("valid",))
     tagged = f"data.tokenizer={data.cache_dir / 'tokenizer'}"

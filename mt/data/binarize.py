@@ -263,7 +263,8 @@ def plan_cache(cfg: DataConfig, raws: dict[str, RawSplit | PairedSplit]) -> Cach
     tags = tag_pieces(cfg)
     given = given_tokenizer_files(cfg)
     if given:
-        tok_fp = fingerprint(_TOK_VERSION, "given", [(p.name, file_digest(p)) for p in given])
+        files = [(path.name, file_digest(path)) for path in given]
+        tok_fp = fingerprint(_TOK_VERSION, "given", files, *([tags] if tags else []))  # tags: checked per key
     else:
         tok_fp = fingerprint(
             _TOK_VERSION,

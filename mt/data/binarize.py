@@ -71,7 +71,7 @@ class PreparedData:
 
 
 @contextmanager
-def _atomic_dir(final: Path) -> Iterator[Path]:
+def atomic_dir(final: Path) -> Iterator[Path]:
     """Yield a temporary sibling of ``final``, renamed to ``final`` on success (a racing winner is kept)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
@@ -197,7 +197,7 @@ def binarize_split(name: str, raw: datasets.Dataset, tokenizers: Tokenizers, cfg
     logger.info("binarizing %s (%d pairs, %s process(es))", name, len(raw), num_proc or 1)
     with (
         progress_bars_on_tty(),
-        _atomic_dir(out) as tmp,
+        atomic_dir(out) as tmp,
         tempfile.TemporaryDirectory(dir=out.parent) as scratch,  # out.parent exists by now
     ):
         encoded = raw.map(
@@ -289,7 +289,7 @@ def open_splits(cfg: DataConfig, splits: Sequence[str] = SPLITS) -> dict[str, Ra
 
 
 def save_tokenizers(tokenizers: Tokenizers, plan: CachePlan) -> None:
-    with _atomic_dir(plan.tokenizer_dir) as tmp:
+    with atomic_dir(plan.tokenizer_dir) as tmp:
         tokenizers.save(tmp)
 
 

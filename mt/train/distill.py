@@ -15,8 +15,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ import torch
 from mt import checkpoint as ckpt
 from mt.config import Config, ConfigError
 from mt.data import prepare_data
+from mt.data.binarize import atomic_dir
 from mt.data.languages import data_pairs
 from mt.data.sources import train_prefixes
 from mt.decode import Translator
@@ -100,20 +99,12 @@ def distill_training_set(teacher: Path, cfg: Config, directory: Path, device: to
 
 
 def _write_directory(directory: Path, cfg: Config, pairs: list[tuple[str, str]], tokenizers, record: dict) -> None:
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    try:
+    with atomic_dir(directory) as tmp:
         for lang, column in ((cfg.data.src_lang, 0), (cfg.data.tgt_lang, 1)):
             with gzip.open(tmp / f"train.{lang}.gz", "wt", encoding="utf-8", newline="\n") as f:
                 f.writelines(pair[column] + "\n" for pair in pairs)
         tokenizers.save(tmp / "tokenizer")
         (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
-        if directory.exists():  # an unfinished one (no record): replaced
-            shutil.rmtree(directory)
-        tmp.rename(directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _read_record(directory: Path) -> Distilled:

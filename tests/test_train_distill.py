@@ -77,6 +77,7 @@ def test_the_distillation_comes_out_of_the_second_members_budget(tmp_path: Path)
 def test_distillation_needs_parallel_files(tmp_path: Path) -> None:
     from mt.train.members import member_configs
 
-    with pytest.raises(ConfigError, match="train.distill=true: .* needs data.source=files .*got source=demo"):
+    needs = "train.distill=true: .* needs data.source=files .*got source=demo.*train.distill=false"
+    with pytest.raises(ConfigError, match=needs):
         member_configs(tiny_config(tmp_path, "train.members=2", "train.distill=true"))
     assert len(member_configs(tiny_config(tmp_path, "train.members=1", "train.distill=true"))) == 1

@@ -58,7 +58,8 @@ def check_distillable(cfg: Config) -> None:
         raise ConfigError([
             f"train.distill=true: distillation writes parallel text files of one language pair; it needs "
             f"data.source=files data.format=parallel and one pair (got source={data.source}, "
-            f"format={data.format}, {len(data_pairs(data))} pair(s))"
+            f"format={data.format}, {len(data_pairs(data))} pair(s)); "
+            f"or train the members without it: train.distill=false"
         ])
 
 

@@ -82,12 +82,12 @@ def train_members(cfg: Config) -> RunSummary:
     members: list[RunSummary] = []
     configs = member_configs(cfg)
     device = resolve_device(cfg.train.device, key="train.device")
-    for k, member in enumerate(configs):
+    for k in range(len(configs)):
         if k == 1 and cfg.train.distill:  # the first member's translations join the later members' data
             distilled = distill_training_set(members[0].best_checkpoint, cfg, Path(cfg.train.run_dir) / "distilled",
                                              device)
             configs[1:] = [distilled_member(c, distilled, pays_for_it=j == 0) for j, c in enumerate(configs[1:])]
-            member = configs[1]
+        member = configs[k]
         tc = member.train
         budget = f", {tc.max_time_minutes:.4g} min" if tc.max_time_minutes > 0 else ""
         print(f"\nmember {k + 1} of {len(configs)}: seed {tc.seed}{budget}, {tc.run_dir}", flush=True)

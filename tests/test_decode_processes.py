@@ -173,3 +173,11 @@ def test_mt_translate_with_two_workers_writes_what_one_process_writes(demo, tmp_
     assert len(written[2]) == 202 and written[2][200] == ""
     same = sum(a == b for a, b in zip(written[1], written[2], strict=True))
     assert same >= 200  # ties aside (within 1e-5, the test above), the same lines
+
+
+def test_more_threads_than_cores_is_warned_of() -> None:
+    from mt.cli.translate import oversubscribed
+
+    assert oversubscribed(2, 1, 2) is None and oversubscribed(1, 2, 2) is None
+    assert oversubscribed(2, 2, 2) == ("--workers 2 x --threads 2 = 4 torch threads on 2 cores decode several "
+                                       "times slower; leave --threads out (it is then 1)")

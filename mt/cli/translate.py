@@ -77,6 +77,15 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, list[
     return translator, cfg, paths
 
 
+def oversubscribed(workers: int, threads: int, cores: int) -> str | None:
+    """What to tell a user whose ``--workers`` x ``--threads`` exceed the cores, else None: torch threads that
+    share a core wait at every barrier (the Multi30k mini with 2 x 2 threads on 2 cores: 4.9x the time)."""
+    if workers * threads <= cores:
+        return None
+    return (f"--workers {workers} x --threads {threads} = {workers * threads} torch threads on {cores} cores "
+            f"decode several times slower; leave --threads out (it is then {max(1, cores // workers)})")
+
+
 def load_translator_processes(
     args: argparse.Namespace, paths: list[Path], device, workers: int
 ) -> tuple[Translator, Config, list[Path]]:
@@ -94,6 +103,9 @@ def load_translator_processes(
     tokenizers, cfg = load_tokenizers_and_config(paths[0])
     decode = validate_group("decode", decode_config(cfg.decode, args))
     threads = args.threads if args.threads > 0 else max(1, usable_cores() // workers)
+    warning = oversubscribed(workers, threads, usable_cores())
+    if warning:
+        print(f"mt-translate: warning: {warning}", file=sys.stderr)
     build = functools.partial(worker_translator, [str(path) for path in paths], args.precision, decode)
     processes = DecodingProcesses(build, workers, threads).start()
     translator = Translator(None, tokenizers, decode, device, max_positions=cfg.model.max_positions,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from mt.config_rules import group_problems, problems
 from mt.errors import UserError
@@ -139,6 +140,15 @@ class OptimConfig:
 
 
 @dataclass
+class LaterMembersConfig:
+    """``train.later_members``: fields of the model and optim groups that differ for every member after the
+    first (``train.members`` > 1), e.g. ``{model: {d_model: 256}, optim: {warmup_updates: 1000}}``."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    optim: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class TrainConfig:
     """The training loop: length, accumulation, precision, checkpoints, validation, logging."""
 
@@ -176,6 +186,9 @@ class TrainConfig:
     # members after the first train on the original pairs plus the first member's translations of the training
     # sources, with its vocabulary (sequence-level knowledge distillation; mt.train.distill)
     distill: bool = False
+    # what the members after the first change in their model and optim groups (another architecture: a more
+    # diverse ensemble), e.g. +train.later_members.model.d_model=256
+    later_members: LaterMembersConfig = field(default_factory=LaterMembersConfig)
     # a checkpoint of this model on this data that the run goes on from (weights, optimizer moments, data
     # position, random state) with its update count, clock and lr schedule at 0: a warm restart; "" = none
     restart_from: str = ""
@@ -268,6 +281,19 @@ def to_config(cfg: Any) -> Config:
     """Turn a composed DictConfig (or a plain dict from a checkpoint) into a typed, validated ``Config``."""
     merged = OmegaConf.merge(OmegaConf.structured(Config), upgrade_stored_config(cfg))
     return validate(OmegaConf.to_object(merged))  # type: ignore[arg-type]
+
+
+def with_changes(cfg: Config, changes: dict[str, dict[str, Any]], key: str) -> Config:
+    """``cfg`` with ``changes`` ({group: {field: value}}) applied and validated; an unknown field or a bad value
+    is a ``ConfigError`` naming ``key`` (the setting the changes came from)."""
+    if not any(changes.values()):
+        return cfg
+    try:
+        return to_config(OmegaConf.merge(to_dict(cfg), changes))
+    except OmegaConfBaseException as e:
+        raise ConfigError([f"{key}: {str(e).splitlines()[0]}"]) from None
+    except ConfigError as e:
+        raise ConfigError([f"{key}: {problem}" for problem in e.problems]) from None
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

@@ -181,6 +181,12 @@ RULES: dict[str, list[Rule]] = {
         at_least("members", 1, "1 = one model; more: an ensemble of that many, trained one after another"),
         at_least("member_min_minutes", 0, "a member's least budget in minutes; 0 = off"),
         Rule(
+            "later_members",
+            lambda v, g: set(vars(v)) <= {"model", "optim"},
+            "only the model and optim groups can change for the later members (they share the data, its "
+            "vocabulary and the budget), e.g. +train.later_members.model.d_model=256",
+        ),
+        Rule(
             "restart_from",
             lambda v, g: not v or g.members == 1,
             "is for one model: with train.members={g.members} every member would go on from that checkpoint "

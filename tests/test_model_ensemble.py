@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,57 @@ def test_train_members_trains_each_member_then_tests_them_as_one_ensemble(tmp_pa
 
     again = train(cfg)  # a rerun resumes: both members are done, the ensemble is tested again
     assert again.test["bleu"] == summary.test["bleu"]
+
+
+def test_later_members_train_another_architecture_and_decode_with_the_first_as_one_ensemble(
+    tmp_path: Path, capsys
+) -> None:
+    from helpers import tiny_config
+
+    from mt.train.loop import train
+
+    cfg = tiny_config(tmp_path, "train.members=2", "train.max_updates=4", "train.save_every=2",
+                      "train.validate_every=2", "train.test_at_end=true", "+train.later_members.model.d_model=48",
+                      "+train.later_members.model.decoder_layers=2", "+train.later_members.optim.warmup_updates=7")
+    summary = train(cfg)
+    out = capsys.readouterr().out
+    first, second = (line for line in out.splitlines() if line.startswith("member "))
+    assert second.endswith(" min, model.d_model=48 model.decoder_layers=2 optim.warmup_updates=7, "
+                           f"{cfg.train.run_dir}/member_2") and "model." not in first
+    run = Path(cfg.train.run_dir)
+    stored = [load_checkpoint(run / f"member_{k}" / "checkpoints" / "last.pt")["config"] for k in (1, 2)]
+    assert [(c["model"]["d_model"], c["model"]["decoder_layers"], c["optim"]["warmup_updates"]) for c in stored] == [
+        (32, 1, cfg.optim.warmup_updates), (48, 2, 7)]
+    assert stored[0]["model"]["d_ff"] == stored[1]["model"]["d_ff"] == 64  # what was not named stays
+    assert summary.test["bleu"] == json.loads((run / "test_results.json").read_text())["bleu"]
+    models, _, _ = load_models_for_inference(experiment_checkpoints(run), "cpu")
+    shapes = [(m.decoder.output_weight.size(1), len(m.decoder.layers)) for m in models.members]
+    assert shapes == [(32, 1), (48, 2)]  # one ensemble of the two architectures
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("+train.later_members.model.d_modl=48", "train.later_members: Key 'd_modl' not in 'ModelConfig'"),
+        ("+train.later_members.model.heads=3", "train.later_members: model.heads=3: must divide model.d_model=32"),
+        ("+train.later_members.optim.lr=fast", "train.later_members: Value 'fast' of type 'str' could not be"),
+    ],
+)
+def test_later_members_name_a_field_or_value_that_cannot_work(tmp_path: Path, override: str, message: str) -> None:
+    from helpers import tiny_config
+
+    from mt.train.members import member_configs
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        member_configs(tiny_config(tmp_path, "train.members=2", override))
+    assert member_configs(tiny_config(tmp_path, "train.members=1", override))  # one model: nothing to change
+
+
+def test_later_members_change_the_model_and_optim_groups_only(tmp_path: Path) -> None:
+    from helpers import tiny_config
+
+    with pytest.raises(ConfigError, match="only the model and optim groups can change for the later members"):
+        tiny_config(tmp_path, "train.members=2", "+train.later_members.data.vocab_size=200")
 
 
 def test_train_members_refuses_torchrun(tmp_path: Path, monkeypatch) -> None:

@@ -22,7 +22,13 @@ from mt.device import resolve_device
 from mt.eval.scoring import mean_over_pairs, translate_and_score
 from mt.train.distill import distill_training_set, distilled_member
 from mt.train.distributed import shutdown
-from mt.train.members import ensemble_summary, fewer_members_note, member_configs, members_that_fit
+from mt.train.members import (
+    ensemble_summary,
+    fewer_members_note,
+    later_member_changes,
+    member_configs,
+    members_that_fit,
+)
 from mt.train.state import TrainState
 from mt.train.summary import RunSummary, append_test_row, draw_plots, print_summary
 from mt.train.trainer import Trainer
@@ -90,7 +96,8 @@ def train_members(cfg: Config) -> RunSummary:
         member = configs[k]
         tc = member.train
         budget = f", {tc.max_time_minutes:.4g} min" if tc.max_time_minutes > 0 else ""
-        print(f"\nmember {k + 1} of {len(configs)}: seed {tc.seed}{budget}, {tc.run_dir}", flush=True)
+        changes = later_member_changes(cfg.train) if k else ""
+        print(f"\nmember {k + 1} of {len(configs)}: seed {tc.seed}{budget}{changes}, {tc.run_dir}", flush=True)
         members.append(train(member))
         if members[-1].reason.startswith("signal") or members[-1].best_checkpoint is None:
             return members[-1]

@@ -3,9 +3,10 @@
 Member k (1-based) is the configured run with seed ``train.seed + k - 1``, a ``train.max_time_minutes / N``
 budget (fewer members when that is under ``train.member_min_minutes``: ``members_that_fit``) and its own
 directory ``<run_dir>/member_<k>`` (its checkpoints, metrics, plots, averaging and its choice on valid, as any
-run). ``<run_dir>/ensemble.json`` records the members' chosen checkpoints: ``--exp`` of mt-translate, mt-eval
-and mt-serve then decodes them as one ensemble (``mt.runs``). Rerunning the command
-resumes where it stopped: a finished member stops at once (its budget is spent) and keeps its choice, the
+run). ``train.later_members`` changes the model and optim groups of every member after the first (another
+architecture: a more diverse ensemble). ``<run_dir>/ensemble.json`` records the members' chosen checkpoints:
+``--exp`` of mt-translate, mt-eval and mt-serve then decodes them as one ensemble (``mt.runs``). Rerunning the
+command resumes where it stopped: a finished member stops at once (its budget is spent) and keeps its choice, the
 interrupted one resumes exactly. The test split is then translated by the members' chosen checkpoints as one
 ensemble (``mt.model.Ensemble``: their mean probabilities) into ``<run_dir>/test_results.json``. On Multi30k
 two 55-minute 6+6 models together scored +0.95 BLEU on test2016 over each alone (docs/recipes.md). With
@@ -22,7 +23,7 @@ import os
 from pathlib import Path
 
 from mt import __version__
-from mt.config import Config, ConfigError, TrainConfig
+from mt.config import Config, ConfigError, TrainConfig, with_changes
 from mt.runs import experiment_dir, write_ensemble_record
 from mt.train.distill import check_distillable
 from mt.train.summary import RunSummary
@@ -54,13 +55,23 @@ def member_configs(cfg: Config) -> list[Config]:
     count, tc = members_that_fit(cfg.train), cfg.train
     if tc.distill and count > 1:
         check_distillable(cfg)
+    changes = {"model": dict(tc.later_members.model), "optim": dict(tc.later_members.optim)}
+    later = with_changes(cfg, changes, "train.later_members") if count > 1 else cfg
     return [
-        dataclasses.replace(cfg, train=dataclasses.replace(
+        dataclasses.replace(member, train=dataclasses.replace(
             tc, members=1, seed=tc.seed + k, run_dir=str(Path(tc.run_dir) / f"member_{k + 1}"),
             max_time_minutes=tc.max_time_minutes / count, test_at_end=False,
         ))
-        for k in range(count)
+        for k, member in enumerate([cfg] + [later] * (count - 1))
     ]
+
+
+def later_member_changes(tc: TrainConfig) -> str:
+    """``train.later_members`` as the log's member line shows it: ``, model.d_model=256 ...`` ("" for none)."""
+    later = tc.later_members
+    changes = [f"{group}.{key}={value}" for group, fields in (("model", later.model), ("optim", later.optim))
+               for key, value in fields.items()]
+    return f", {' '.join(changes)}" if changes else ""
 
 
 def ensemble_summary(cfg: Config, members: list[RunSummary], test: dict, samples: list) -> RunSummary:

@@ -127,7 +127,9 @@ def test_chunked_output_loss_equals_the_logits_path_in_value_and_gradient(chunk_
     ref_loss, ref_nll = _output_loss_reference(hidden, weight, target, 0.1)
     (2.5 * ref_loss).backward()
     assert torch.allclose(loss, ref_loss, rtol=1e-6) and torch.allclose(nll, ref_nll, rtol=1e-6)
-    assert torch.allclose(grads[0], hidden.grad, atol=1e-6) and torch.allclose(grads[1], weight.grad, atol=1e-6)
+    for grad, ref_grad in zip(grads, (hidden.grad, weight.grad), strict=True):
+        # float32 sums of terms up to ~10: a few ulps of the largest entry (AMD's and Intel's kernels round apart)
+        assert torch.allclose(grad, ref_grad, rtol=0, atol=1e-6 * ref_grad.abs().max().item())
     assert not nll.requires_grad
 
 

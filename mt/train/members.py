@@ -55,8 +55,7 @@ def member_configs(cfg: Config) -> list[Config]:
     count, tc = members_that_fit(cfg.train), cfg.train
     if tc.distill and count > 1:
         check_distillable(cfg)
-    changes = {"model": dict(tc.later_members.model), "optim": dict(tc.later_members.optim)}
-    later = with_changes(cfg, changes, "train.later_members") if count > 1 else cfg
+    later = with_changes(cfg, dataclasses.asdict(tc.later_members), "train.later_members") if count > 1 else cfg
     return [
         dataclasses.replace(member, train=dataclasses.replace(
             tc, members=1, seed=tc.seed + k, run_dir=str(Path(tc.run_dir) / f"member_{k + 1}"),
@@ -68,8 +67,7 @@ def member_configs(cfg: Config) -> list[Config]:
 
 def later_member_changes(tc: TrainConfig) -> str:
     """``train.later_members`` as the log's member line shows it: ``, model.d_model=256 ...`` ("" for none)."""
-    later = tc.later_members
-    changes = [f"{group}.{key}={value}" for group, fields in (("model", later.model), ("optim", later.optim))
+    changes = [f"{group}.{key}={value}" for group, fields in dataclasses.asdict(tc.later_members).items()
                for key, value in fields.items()]
     return f", {' '.join(changes)}" if changes else ""
 

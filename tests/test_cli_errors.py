@@ -1,7 +1,8 @@
 """Bad input at every entry point: one clear line on stderr, the right exit status, no traceback, nothing left.
 
-Each case runs the real command in a subprocess (``python -m mt.train`` / ``mt.cli.translate`` /
-``mt.cli.evaluate`` / ``mt.cli.plots``) in a fresh working directory and checks:
+Each case runs the real command in its own process (``python -m mt.train`` / ``mt.cli.translate`` /
+``mt.cli.evaluate`` / ``mt.cli.plots``, forked from an interpreter that has imported torch once:
+``forked_python``; a test below compares it with a fresh interpreter) in a fresh working directory and checks:
 - the exit status: 2 for usage errors (argparse, a bad Hydra override), 1 for the other expected errors;
 - the message: ``PROG: error: ...`` in at most 3 lines, naming what is wrong and where (the file and
   line, ``key=value``, the flag, the device);
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from forked_python import Zygote
 from helpers import TINY
 
 from mt.cli.errors import UsageError, pop_debug_flag, run_command
@@ -65,12 +67,34 @@ class Case:
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def run_module(module: str, args: list[str], cwd: Path, stdin: bytes = b"") -> subprocess.CompletedProcess:
+def command_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MT_DEBUG", "HYDRA_FULL_ERROR")}
     env.update(PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1",
                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+ZYGOTES: list[Zygote] = []  # the module's one zygote, started by the first command, closed by ``zygote``
+
+
+@pytest.fixture(scope="module", autouse=True)
+def zygote():
+    yield
+    while ZYGOTES:
+        ZYGOTES.pop().close()
+
+
+def run_module(module: str, args: list[str], cwd: Path, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """``python -m module args`` in ``cwd``, forked from the module's zygote."""
+    if not ZYGOTES:
+        ZYGOTES.append(Zygote(command_env()))
+    return ZYGOTES[0].run(module, args, cwd, stdin)
+
+
+def run_in_a_fresh_interpreter(module: str, args: list[str], cwd: Path, stdin: bytes = b"",
+                               ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, input=stdin, capture_output=True,
-                          env=env, timeout=300)
+                          env=command_env(), timeout=300)
 
 
 def snapshot(root: Path, ignore: tuple[str, ...] = ()) -> dict[str, bytes | None]:
@@ -339,6 +363,33 @@ PLOTS_CASES = [
 @pytest.mark.parametrize("case", PLOTS_CASES, ids=str)
 def test_plots_bad_input(case: Case, tmp_path: Path, trained: dict[str, Path]) -> None:
     run_case("mt.cli.plots", "mt-plots", case, tmp_path, trained, [])
+
+
+def case_named(cases: list[Case], name: str) -> Case:
+    return next(case for case in cases if case.id == name)
+
+
+FORK_CHECKS = [  # one of each kind: Hydra's usage error, stdin, a started decoding process pool, a checkpoint
+    ("mt.train", case_named(TRAIN_CASES, "wrong-type"), [*TINY, "train.max_updates=2"]),
+    ("mt.cli.translate", case_named(TRANSLATE_CASES, "stdin-invalid-utf8"), []),
+    ("mt.cli.translate", case_named(TRANSLATE_CASES, "workers-input-invalid-utf8"), []),
+    ("mt.cli.evaluate", case_named(EVAL_CASES, "missing-checkpoint"), []),
+]
+
+
+@pytest.mark.parametrize(("module", "case", "prefix"), FORK_CHECKS, ids=[case.id for _, case, _ in FORK_CHECKS])
+def test_a_forked_command_does_what_a_fresh_interpreter_does(
+    module: str, case: Case, prefix: list[str], tmp_path: Path, trained: dict[str, Path]
+) -> None:
+    """The cases above run forked from a zygote (``forked_python``); here a few also run in a fresh
+    interpreter, in the same directory: the same exit status, stdout and stderr, byte for byte."""
+    if case.setup is not None:
+        case.setup(tmp_path, trained)
+    args = prefix + [arg.format(tmp=tmp_path, **trained) for arg in case.args]
+    forked = run_module(module, args, tmp_path, case.stdin)
+    fresh = run_in_a_fresh_interpreter(module, args, tmp_path, case.stdin)
+    assert forked.returncode == case.status and forked.stderr.strip()
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
 
 
 def test_debug_shows_the_traceback_of_expected_errors(tmp_path: Path, trained: dict[str, Path]) -> None:

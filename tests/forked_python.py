@@ -1,0 +1,117 @@
+"""``python -m MODULE ARGS`` as a process forked from an interpreter that has already imported torch.
+
+Importing torch and its company is about 2 s of every command's start, and tests/test_cli_errors.py runs
+dozens of short commands. A *zygote* is started once, as a real interpreter with the commands' environment;
+it imports torch and the other libraries the commands load (never mt itself) and then, for each command,
+forks a child that changes into the command's directory, takes its stdin, stdout and stderr from files
+(``dup2`` onto fds 0-2, so the interpreter's own streams, with their encodings and buffering, are the ones a
+fresh ``python -m`` would have) and runs the module as ``-m`` does. What comes back is a
+``subprocess.CompletedProcess``, as from ``subprocess.run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# The zygote's program: one JSON request a line in, one exit status a line out.
+ZYGOTE = r"""
+import atexit, json, os, runpy, sys, traceback
+# imported once, before any fork: torch and the libraries the commands import after it
+import datasets, hydra, sacrebleu, sentencepiece, torch, torch._dynamo  # noqa: F401, E401
+
+requests, answers = os.fdopen(int(sys.argv[1]), "r"), os.fdopen(int(sys.argv[2]), "w")
+
+
+def run(job):
+    os.chdir(job["cwd"])
+    for fd, (path, flags) in enumerate(((job["stdin"], os.O_RDONLY), (job["stdout"], os.O_WRONLY),
+                                        (job["stderr"], os.O_WRONLY))):
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    requests.close()
+    answers.close()
+    sys.argv = [job["module"], *job["args"]]
+    code = 0
+    try:
+        runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+    except SystemExit as stop:  # what the interpreter does with it
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:
+            print(stop.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+for line in requests:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        run(job)
+    answers.write(f"{pid}\n")
+    answers.flush()
+    _, status = os.waitpid(pid, 0)
+    answers.write(f"{os.waitstatus_to_exitcode(status)}\n")
+    answers.flush()
+"""
+
+
+class Zygote:
+    """A forking interpreter with ``env``; ``run`` is ``subprocess.run([python, "-m", module, *args], ...)``."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        request_r, self._requests = os.pipe()
+        self._answers, answer_w = os.pipe()
+        self._process = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(request_r), str(answer_w)],
+                                         env=env, pass_fds=(request_r, answer_w), stdin=subprocess.DEVNULL)
+        os.close(request_r)
+        os.close(answer_w)
+        self._request_file = os.fdopen(self._requests, "w")
+
+    def run(self, module: str, args: list[str], cwd: Path, stdin: bytes = b"", timeout: float = 300
+            ) -> subprocess.CompletedProcess:
+        with tempfile.TemporaryDirectory(prefix="forked_python_") as scratch:
+            streams = {name: Path(scratch) / name for name in ("stdin", "stdout", "stderr")}
+            streams["stdin"].write_bytes(stdin)
+            streams["stdout"].touch()
+            streams["stderr"].touch()
+            job = {"module": module, "args": args, "cwd": str(cwd), **{k: str(v) for k, v in streams.items()}}
+            self._request_file.write(json.dumps(job) + "\n")
+            self._request_file.flush()
+            command = [sys.executable, "-m", module, *args]
+            pid = int(self._answer())
+            if not select.select([self._answers], [], [], timeout)[0]:
+                os.kill(pid, signal.SIGKILL)
+                self._answer()
+                raise subprocess.TimeoutExpired(command, timeout)
+            return subprocess.CompletedProcess(command, int(self._answer()), streams["stdout"].read_bytes(),
+                                               streams["stderr"].read_bytes())
+
+    def _answer(self) -> str:
+        """One line from the zygote, read unbuffered (``select`` must see what is not read yet)."""
+        line = b""
+        while not line.endswith(b"\n"):
+            byte = os.read(self._answers, 1)
+            if not byte:
+                raise RuntimeError(f"the zygote exited (status {self._process.wait()})")
+            line += byte
+        return line.decode()
+
+    def close(self) -> None:
+        self._request_file.close()  # the zygote's loop ends
+        os.close(self._answers)
+        self._process.wait(timeout=30)

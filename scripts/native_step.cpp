@@ -2,7 +2,10 @@
 // row, as the same ATen calls in the same order from C++ (no Python between them), to measure what the Python of a
 // step costs. It covers what that script checks: plain float32 linears (a small model's, not packed), fused QKV,
 // LayerNorm, ReLU, Post-LN or Pre-LN, no RoPE or qk-norm, one K/V head per head, every row at the same step.
-#include <torch/extension.h>
+// ATen and torch's pybind11 casters only, not <torch/extension.h> (all of libtorch's C++ API): half the compile time
+#include <ATen/ATen.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 #include <cmath>
 #include <vector>
 

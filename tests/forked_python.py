@@ -61,7 +61,11 @@ for line in requests:
     job = json.loads(line)
     pid = os.fork()
     if pid == 0:
-        run(job)
+        try:
+            run(job)  # ends the child with the command's exit status
+        except BaseException:  # before the command ran (a missing directory): never back into this loop
+            traceback.print_exc()
+        os._exit(1)
     answers.write(f"{pid}\n")
     answers.flush()
     _, status = os.waitpid(pid, 0)

@@ -85,25 +85,27 @@ class Zygote:
         os.close(request_r)
         os.close(answer_w)
         self._request_file = os.fdopen(self._requests, "w")
+        self._running: ForkedProcess | None = None
 
     def run(self, module: str, args: list[str], cwd: Path, stdin: bytes = b"", timeout: float = 300
             ) -> subprocess.CompletedProcess:
-        with tempfile.TemporaryDirectory(prefix="forked_python_") as scratch:
-            streams = {name: Path(scratch) / name for name in ("stdin", "stdout", "stderr")}
-            streams["stdin"].write_bytes(stdin)
-            streams["stdout"].touch()
-            streams["stderr"].touch()
-            job = {"module": module, "args": args, "cwd": str(cwd), **{k: str(v) for k, v in streams.items()}}
-            self._request_file.write(json.dumps(job) + "\n")
-            self._request_file.flush()
-            command = [sys.executable, "-m", module, *args]
-            pid = int(self._answer())
-            if not select.select([self._answers], [], [], timeout)[0]:
-                os.kill(pid, signal.SIGKILL)
-                self._answer()
-                raise subprocess.TimeoutExpired(command, timeout)
-            return subprocess.CompletedProcess(command, int(self._answer()), streams["stdout"].read_bytes(),
-                                               streams["stderr"].read_bytes())
+        """``subprocess.run`` of ``python -m module args``, bytes out; ``TimeoutExpired`` after ``timeout`` s."""
+        return self.start(module, args, cwd, stdin).wait(timeout)
+
+    def start(self, module: str, args: list[str], cwd: Path, stdin: bytes = b"") -> ForkedProcess:
+        """``subprocess.Popen`` of ``python -m module args``: one at a time (the zygote waits for each child)."""
+        if self._running is not None and self._running.returncode is None:
+            raise RuntimeError("the zygote runs one command at a time: wait for the last one first")
+        scratch = tempfile.TemporaryDirectory(prefix="forked_python_")
+        streams = {name: Path(scratch.name) / name for name in ("stdin", "stdout", "stderr")}
+        streams["stdin"].write_bytes(stdin)
+        streams["stdout"].touch()
+        streams["stderr"].touch()
+        job = {"module": module, "args": args, "cwd": str(cwd), **{k: str(v) for k, v in streams.items()}}
+        self._request_file.write(json.dumps(job) + "\n")
+        self._request_file.flush()
+        self._running = ForkedProcess(self, [sys.executable, "-m", module, *args], int(self._answer()), scratch)
+        return self._running
 
     def _answer(self) -> str:
         """One line from the zygote, read unbuffered (``select`` must see what is not read yet)."""
@@ -119,3 +121,38 @@ class Zygote:
         self._request_file.close()  # the zygote's loop ends
         os.close(self._answers)
         self._process.wait(timeout=30)
+
+
+class ForkedProcess:
+    """A command forked by a ``Zygote``: ``pid``, ``poll``, ``send_signal`` and ``wait`` as on a ``Popen``;
+    its stdout and stderr are files, read once it has ended (``wait``, or ``output`` after ``poll``)."""
+
+    def __init__(self, zygote: Zygote, args: list[str], pid: int, scratch: tempfile.TemporaryDirectory) -> None:
+        self.args, self.pid, self.returncode = args, pid, None
+        self._zygote, self._scratch = zygote, scratch
+
+    def poll(self, timeout: float = 0) -> int | None:
+        """The exit status (negative: the signal) once the command has ended, else None after ``timeout`` s."""
+        if self.returncode is None and select.select([self._zygote._answers], [], [], timeout)[0]:
+            self.returncode = int(self._zygote._answer())
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def output(self) -> tuple[bytes, bytes]:
+        """What the command wrote to stdout and stderr so far."""
+        directory = Path(self._scratch.name)
+        return (directory / "stdout").read_bytes(), (directory / "stderr").read_bytes()
+
+    def wait(self, timeout: float = 300) -> subprocess.CompletedProcess:
+        """The ended command as ``subprocess.run`` gives it; SIGKILL and ``TimeoutExpired`` after ``timeout``."""
+        if self.poll(timeout) is None:
+            os.kill(self.pid, signal.SIGKILL)
+            self.poll(None)
+            self._scratch.cleanup()
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        stdout, stderr = self.output()
+        self._scratch.cleanup()
+        return subprocess.CompletedProcess(self.args, self.returncode, stdout, stderr)

@@ -4,12 +4,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from forked_python import ForkedProcess, Zygote
 from helpers import TINY, tiny_config
 
 from mt import checkpoint as ckpt
@@ -31,60 +31,69 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 
 def command(tmp: Path, name: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mt.train", *TINY, f"train.run_dir={tmp / name}",
-            f"data.cache_dir={tmp / 'cache'}", "train.threads=1", *extra]
+    """The arguments of ``python -m mt.train`` for the tiny demo run ``name`` under ``tmp``."""
+    return [*TINY, f"train.run_dir={tmp / name}", f"data.cache_dir={tmp / 'cache'}", "train.threads=1", *extra]
 
 
-def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_for_step(run_dir: Path, step: int, proc: ForkedProcess, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (run_dir / "metrics.jsonl").exists() and max(train_losses(run_dir), default=0) >= step:
             return
         if proc.poll() is not None:
-            raise AssertionError(f"training exited early: {proc.stdout.read() if proc.stdout else ''}")
+            raise AssertionError(f"training exited early: {b''.join(proc.output()).decode()[-3000:]}")
         time.sleep(0.05)
     raise AssertionError(f"no update {step} within {timeout}s")
 
 
 @pytest.fixture(scope="module")
-def env():
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+def zygote():
+    """Training commands forked from an interpreter that imported torch once (``forked_python``): real
+    processes, killed for real, without paying torch's import at each start."""
+    forks = Zygote({**os.environ, "PYTHONUNBUFFERED": "1"})
+    yield forks
+    forks.close()
 
 
-def test_sigkill_then_same_command_resumes_with_exactly_the_same_losses(tmp_path, env):
+def train_command(zygote: Zygote, args: list[str]) -> subprocess.CompletedProcess:
+    """``python -m mt.train args`` to its end; stdout and stderr as text."""
+    done = zygote.run("mt.train", args, REPO)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+def test_sigkill_then_same_command_resumes_with_exactly_the_same_losses(tmp_path, zygote):
     args = ("train.max_updates=14", "train.save_every=4", "train.validate_every=1000")
-    full = subprocess.run(command(tmp_path, "full", *args), env=env, capture_output=True, text=True, timeout=300)
+    full = train_command(zygote, command(tmp_path, "full", *args))
     assert full.returncode == 0, full.stderr[-3000:]
     expected = train_losses(tmp_path / "full")
     assert sorted(expected) == list(range(1, 15))
 
     cmd = command(tmp_path, "killed", *args)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = zygote.start("mt.train", cmd, REPO)
     wait_for_step(tmp_path / "killed", 9, proc)
     proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.wait(60).returncode == -signal.SIGKILL
+    resumed = train_command(zygote, cmd)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resumed from" in resumed.stdout
     got = train_losses(tmp_path / "killed")
     assert got == expected  # every update, replayed ones included, bit for bit
 
 
-def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, env):
+def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, zygote):
     cmd = command(tmp_path, "run", "train.max_updates=400", "train.save_every=1000", "train.validate_every=1000")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = zygote.start("mt.train", cmd, REPO)
     wait_for_step(tmp_path / "run", 3, proc)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out[-3000:]
+    done = proc.wait(120)
+    out = (done.stdout + done.stderr).decode()
+    assert done.returncode == 0, out[-3000:]
     assert "Stopped by signal (SIGTERM)" in out and "Run the same command again to resume" in out
     saved = ckpt.load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     stopped_at = saved["train_state"]["step"]
     assert 3 <= stopped_at < 400
-    again = subprocess.run(
-        cmd[:-3] + ["train.max_updates=" + str(stopped_at + 2), "train.save_every=1000", "train.validate_every=1000"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
+    shorter = ["train.max_updates=" + str(stopped_at + 2), "train.save_every=1000", "train.validate_every=1000"]
+    again = train_command(zygote, cmd[:-3] + shorter)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"Resumed from {tmp_path / 'run' / 'checkpoints' / 'last.pt'} at update {stopped_at}" in again.stdout
     assert max(train_losses(tmp_path / "run")) == stopped_at + 2

@@ -5,8 +5,9 @@ dozens of short commands. A *zygote* is started once, as a real interpreter with
 it imports torch and the other libraries the commands load (never mt itself) and then, for each command,
 forks a child that changes into the command's directory, takes its stdin, stdout and stderr from files
 (``dup2`` onto fds 0-2, so the interpreter's own streams, with their encodings and buffering, are the ones a
-fresh ``python -m`` would have) and runs the module as ``-m`` does. What comes back is a
-``subprocess.CompletedProcess``, as from ``subprocess.run``.
+fresh ``python -m`` would have) and runs the module as ``-m`` does. ``Zygote.run`` gives back a
+``subprocess.CompletedProcess``, as ``subprocess.run`` does; ``Zygote.start`` a ``ForkedProcess`` to poll, signal
+and wait for, as a ``subprocess.Popen`` (tests/test_train_loop.py kills training runs that way).
 """
 
 from __future__ import annotations

@@ -119,6 +119,9 @@ class Zygote:
         return line.decode()
 
     def close(self) -> None:
+        if self._running is not None and self._running.returncode is None:  # a test failed before its wait
+            self._running.send_signal(signal.SIGKILL)
+            self._running.poll(None)
         self._request_file.close()  # the zygote's loop ends
         os.close(self._answers)
         self._process.wait(timeout=30)

@@ -152,11 +152,11 @@ class ForkedProcess:
 
     def wait(self, timeout: float = 300) -> subprocess.CompletedProcess:
         """The ended command as ``subprocess.run`` gives it; SIGKILL and ``TimeoutExpired`` after ``timeout``."""
-        if self.poll(timeout) is None:
-            os.kill(self.pid, signal.SIGKILL)
-            self.poll(None)
+        try:
+            if self.poll(timeout) is None:
+                self.send_signal(signal.SIGKILL)
+                self.poll(None)
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            return subprocess.CompletedProcess(self.args, self.returncode, *self.output())
+        finally:
             self._scratch.cleanup()
-            raise subprocess.TimeoutExpired(self.args, timeout)
-        stdout, stderr = self.output()
-        self._scratch.cleanup()
-        return subprocess.CompletedProcess(self.args, self.returncode, stdout, stderr)

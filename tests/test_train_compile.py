@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from helpers import tiny_config
+from torch._dynamo.utils import counters
 
 from mt.data import collate
 from mt.train.optim import set_lr
@@ -12,20 +13,30 @@ from mt.train.step import train_step
 
 
 def _losses_and_weights(tmp, compile_: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
+    torch._dynamo.reset()
+    counters.clear()
     cfg = tiny_config(tmp, f"train.compile={str(compile_).lower()}", "model.dropout=0.0")
     parts = build_components(cfg)
     ctx = step_context(parts)
     train = parts.data.splits["train"]
     set_lr(parts.optimizer, 1e-3)
     batches = parts.sampler.batches(0)[:4]  # different shapes: one dynamic graph serves them all
+    # the regression case: the first batch's source and target share a padded length, the second's do not
+    assert [batch_lengths(train, b, cfg) for b in batches[:2]] == [(16, 16), (32, 24)]
     losses = [train_step(ctx, [collate(train, b, cfg.data.pad_to_multiple)]).loss_sum for b in batches]
     return losses, {k: v.detach().clone() for k, v in parts.model.state_dict().items()}
+
+
+def batch_lengths(train, indices, cfg) -> tuple[int, int]:
+    batch = collate(train, indices, cfg.data.pad_to_multiple)
+    return batch.src.shape[1], batch.tgt_in.shape[1]
 
 
 def test_compiled_training_equals_eager(tmp_path):
     torch.set_num_threads(1)
     eager_losses, eager = _losses_and_weights(tmp_path / "eager", False)
     compiled_losses, compiled = _losses_and_weights(tmp_path / "compiled", True)
+    assert counters["stats"]["unique_graphs"] == 1  # no recompilation for the later shapes
     assert eager.keys() == compiled.keys()  # checkpoints hold the eager model's names (no _orig_mod.)
     for a, b in zip(eager_losses, compiled_losses, strict=True):
         assert abs(a - b) <= 1e-4 * abs(a)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.fx.experimental import _config as shape_config
 from torch.nn.parallel import DistributedDataParallel
 
 from mt.allocator import keep_freed_memory
@@ -114,6 +115,9 @@ def step_context(parts: Components) -> StepContext:
     if cfg.train.compile:
         # Dynamic shapes: batches differ in sentences and length, and one graph serves them all.
         # Validation, decoding and checkpoints use the eager ``parts.model`` (the same parameters).
+        # No duck sizing: a first batch whose source and target happen to share a padded length would
+        # otherwise compile a graph that assumes they always do, and the next batch would compile again.
+        shape_config.use_duck_shape = False
         wrapped = torch.compile(wrapped, dynamic=True)
     return StepContext(
         model=wrapped, output_weight=parts.model.decoder.output_weight, optimizer=parts.optimizer,

@@ -204,9 +204,12 @@ class RssSplitPeaks:
 
     def _sample(self) -> None:
         while not self._stop.wait(0.02):
-            status = _status_fields_kib()  # one read of /proc/self/status per sample
-            self.anon = max(self.anon, status.get("RssAnon", 0.0))
-            self.file = max(self.file, status.get("RssFile", 0.0) + status.get("RssShmem", 0.0))  # tmpfs: shmem
+            self._take_sample()
+
+    def _take_sample(self) -> None:
+        status = _status_fields_kib()  # one read of /proc/self/status per sample
+        self.anon = max(self.anon, status.get("RssAnon", 0.0))
+        self.file = max(self.file, status.get("RssFile", 0.0) + status.get("RssShmem", 0.0))  # tmpfs: shmem
 
     def __enter__(self) -> RssSplitPeaks:
         self._thread.start()
@@ -215,6 +218,7 @@ class RssSplitPeaks:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._take_sample()  # the end counts too, however busy the machine kept the sampling thread
 
 
 def run_stage(stage: str, args: argparse.Namespace, work: Path) -> None:

@@ -20,6 +20,8 @@ TO ?=
 OUT ?=
 QUANT ?=
 PORT ?= 5000
+# test processes (pytest-xdist): 2 where there are 2 cores or more, else one process
+TEST_WORKERS ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 || echo 0)
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
@@ -48,7 +50,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q --durations=10
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile
 
 train: $(STAMP)
 ifeq ($(NPROC),1)

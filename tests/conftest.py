@@ -1,4 +1,9 @@
-"""Shared test set-up: offline, deterministic, one thread per test process (CI has 2 cores)."""
+"""Shared test set-up: offline, deterministic, one thread per test process (CI has 2 cores).
+
+``make test`` runs the tests in two processes (pytest-xdist) on a 2-core machine: there, OpenMP threads that
+wait for work sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, inherited by the commands tests start),
+so the other process's work is not slowed by them.
+"""
 
 import os
 import random
@@ -7,6 +12,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # read once, when torch loads OpenMP below
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -20,6 +27,8 @@ def _seed_everything():
     random.seed(0)
     torch.manual_seed(0)
     yield
+    if torch.get_num_threads() != 1:  # a training run in this process set its own
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

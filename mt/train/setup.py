@@ -117,6 +117,7 @@ def step_context(parts: Components) -> StepContext:
         # Validation, decoding and checkpoints use the eager ``parts.model`` (the same parameters).
         # No duck sizing: a first batch whose source and target happen to share a padded length would
         # otherwise compile a graph that assumes they always do, and the next batch would compile again.
+        # (A process-wide setting: a training process compiles nothing else.)
         shape_config.use_duck_shape = False
         wrapped = torch.compile(wrapped, dynamic=True)
     return StepContext(

@@ -20,16 +20,12 @@ def _losses_and_weights(tmp, compile_: bool) -> tuple[list[float], dict[str, tor
     ctx = step_context(parts)
     train = parts.data.splits["train"]
     set_lr(parts.optimizer, 1e-3)
-    batches = parts.sampler.batches(0)[:4]  # different shapes: one dynamic graph serves them all
+    # different shapes: one dynamic graph serves them all
+    batches = [collate(train, b, cfg.data.pad_to_multiple) for b in parts.sampler.batches(0)[:4]]
     # the regression case: the first batch's source and target share a padded length, the second's do not
-    assert [batch_lengths(train, b, cfg) for b in batches[:2]] == [(16, 16), (32, 24)]
-    losses = [train_step(ctx, [collate(train, b, cfg.data.pad_to_multiple)]).loss_sum for b in batches]
+    assert [(b.src.shape[1], b.tgt_in.shape[1]) for b in batches[:2]] == [(16, 16), (32, 24)]
+    losses = [train_step(ctx, [b]).loss_sum for b in batches]
     return losses, {k: v.detach().clone() for k, v in parts.model.state_dict().items()}
-
-
-def batch_lengths(train, indices, cfg) -> tuple[int, int]:
-    batch = collate(train, indices, cfg.data.pad_to_multiple)
-    return batch.src.shape[1], batch.tgt_in.shape[1]
 
 
 def test_compiled_training_equals_eager(tmp_path):

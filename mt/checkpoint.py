@@ -27,6 +27,9 @@ from mt import __version__
 from mt.errors import UserError
 
 CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)\.pt$")
+# A training checkpoint's ``model`` is what inference uses. With ``train.ema_decay`` that is the moving
+# average of the weights, and the optimizer's own weights (for resuming) are kept under this key.
+RAW_MODEL_KEY = "raw_model"
 
 
 class CheckpointError(UserError):
@@ -145,7 +148,8 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
 
     Streaming: one checkpoint is open at a time (memory-mapped, so its optimizer state is never
     read) and added into a running float32 sum, so peak memory is about two copies of the weights
-    whatever ``len(paths)``. The result drops the optimizer and scaler states.
+    whatever ``len(paths)``. The result drops the optimizer and scaler states (and the optimizer's weights
+    beside a moving average, ``RAW_MODEL_KEY``: the average is what is averaged).
     """
     if not paths:
         raise CheckpointError("no checkpoints to average")
@@ -162,7 +166,8 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
         if i == len(paths) - 1:  # copied out of the mapped file, which is then closed
             dtypes = {k: v.dtype for k, v in weights.items()}
             buffers = {k: v.clone() for k, v in weights.items() if not v.is_floating_point()}
-            result = _copied({k: v for k, v in state.items() if k not in ("model", "optimizer", "scaler")})
+            dropped = ("model", RAW_MODEL_KEY, "optimizer", "scaler")
+            result = _copied({k: v for k, v in state.items() if k not in dropped})
         del state, weights  # unmaps the file before the next one is opened
     result["model"] = {
         k: total[k].div_(len(paths)).to(dtype) if k in total else buffers[k] for k, dtype in dtypes.items()

@@ -174,6 +174,8 @@ class TrainConfig:
     keep_last: int = 3
     save_every: int = 1000
     average_last: int = 0  # average the last N checkpoints at the end (0 = off)
+    # validate and checkpoint an exponential moving average of the weights with this decay (0 = off; mt.train.ema)
+    ema_decay: float = 0.0
     max_nonfinite_in_a_row: int = 10
     samples: int = 5  # sample translations printed at the end
     test_at_end: bool = True  # translate the test split with the best checkpoint and print sacreBLEU

@@ -176,6 +176,8 @@ RULES: dict[str, list[Rule]] = {
             lambda v, g: v <= 0 or g.keep_last <= 0 or v <= g.keep_last,
             "must be <= train.keep_last={g.keep_last} (only that many checkpoints are kept to average), or 0 (off)",
         ),
+        Rule("ema_decay", lambda v, g: 0 <= v < 1,
+             "must be in [0, 1) (0 = off; e.g. 0.999: about the last 1,000 updates)"),
         at_least("max_nonfinite_in_a_row", 1),
         at_least("samples", 0),
         at_least("members", 1, "1 = one model; more: an ensemble of that many, trained one after another"),

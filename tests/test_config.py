@@ -64,6 +64,8 @@ BAD_VALUES = [
     (["train.best_metric=chrf"], "train.best_metric=chrf: must be one of bleu | loss"),
     (["train.max_updates=0"], "train.max_updates=0: must be > 0"),
     (["train.valid_beam_size=0"], "train.valid_beam_size=0: must be >= 1"),
+    (["train.ema_decay=1.0"], "train.ema_decay=1.0: must be in [0, 1) (0 = off"),
+    (["train.ema_decay=-0.5"], "train.ema_decay=-0.5: must be in [0, 1) (0 = off"),
     (["model.d_model=32", "model.heads=3"], "model.heads=3: must divide model.d_model=32"),
     (["model.heads=0"], "model.heads=0: must be > 0"),
     (["model.dropout=1.0"], "model.dropout=1.0: must be in [0, 1)"),

@@ -18,6 +18,7 @@ from mt import checkpoint as ckpt
 from mt.config import Config, ModelConfig, to_dict
 from mt.data import Tokenizer, Tokenizers
 from mt.train.distributed import DistInfo, all_gather_objects, barrier
+from mt.train.ema import WeightAverage
 from mt.train.state import TrainState, rng_state, set_rng_state
 
 logger = logging.getLogger(__name__)
@@ -32,10 +33,12 @@ class Checkpointer:
     def __init__(
         self, run_dir: Path, *, dist: DistInfo, keep_last: int, model: torch.nn.Module,
         optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, cfg: Config, tokenizers: Tokenizers,
+        average: WeightAverage | None = None,
     ) -> None:
         self.run_dir, self.directory = run_dir, run_dir / "checkpoints"
         self.dist, self.keep_last = dist, keep_last
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        self.average = average  # train.ema_decay: the checkpoints' model is this average
         self.cfg, self.tokenizers = cfg, tokenizers
         self.saved_step = -1  # the step of the newest checkpoint on disk (-1: none of this run yet)
 
@@ -62,9 +65,12 @@ class Checkpointer:
         return path
 
     def _contents(self, state: TrainState, rngs: list) -> dict[str, Any]:
+        weights: dict[str, Any] = {"model": self.model.state_dict()}
+        if self.average is not None:  # inference gets the average; a resume the optimizer's weights
+            weights = {"model": self.average.state_dict(), ckpt.RAW_MODEL_KEY: weights["model"]}
         return {
             "version": 1,
-            "model": self.model.state_dict(),
+            **weights,
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "train_state": state.to_dict(),
@@ -106,7 +112,11 @@ class Checkpointer:
         return state
 
     def _restore(self, stored: dict[str, Any]) -> TrainState:
-        self.model.load_state_dict(stored["model"])
+        self.model.load_state_dict(stored.get(ckpt.RAW_MODEL_KEY, stored["model"]))
+        if self.average is not None and ckpt.RAW_MODEL_KEY in stored:
+            self.average.load_state_dict(stored["model"])
+        elif self.average is not None:  # written without train.ema_decay: the average starts here
+            self.average.restart_from_model()
         self.optimizer.load_state_dict(stored["optimizer"])
         if self.scaler is not None and stored.get("scaler"):
             self.scaler.load_state_dict(stored["scaler"])

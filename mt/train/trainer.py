@@ -5,16 +5,19 @@ when it exists (``checkpointing``), so re-running a command after a crash contin
 stopped, with the same next losses; a first start with ``train.restart_from`` goes on from that
 checkpoint with its update count and lr schedule at 0 (a warm restart). ``run()`` drives the
 ``UpdateLoop`` and owns what happens at its boundaries: validation (sharded over ranks), best
-tracking, saving, and the checkpoint a signal leaves.
+tracking, saving, and the checkpoint a signal leaves. With ``train.ema_decay`` a moving average of the
+weights (``mt.train.ema``) is what it validates and checkpoints as the model.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from mt.config import Config
 from mt.data import subword_sampling
 from mt.train.checkpointing import Checkpointer, record_validation
+from mt.train.ema import WeightAverage
 from mt.train.metrics_log import MetricsLog
 from mt.train.setup import build_components, seed_ranks, step_context
 from mt.train.updates import Clock, UpdateLoop
@@ -29,9 +32,10 @@ class Trainer:
         self.cfg, self.dist, self.device, self.model = parts.cfg, parts.dist, parts.device, parts.model
         tc = self.cfg.train
         self.run_dir = Path(tc.run_dir)
+        self.average = WeightAverage(parts.model, tc.ema_decay) if tc.ema_decay > 0 else None
         self.checkpoints = Checkpointer(
             self.run_dir, dist=self.dist, keep_last=tc.keep_last, model=parts.model, optimizer=parts.optimizer,
-            scaler=parts.scaler, cfg=self.cfg, tokenizers=parts.tokenizers,
+            scaler=parts.scaler, cfg=self.cfg, tokenizers=parts.tokenizers, average=self.average,
         )
         self.state, self.resumed_from = self.checkpoints.resume(self.device)  # refuses another model's run dir
         self.metrics = MetricsLog(self.run_dir, enabled=self.dist.is_main, tensorboard=tc.tensorboard)
@@ -72,6 +76,7 @@ class Trainer:
             self.step_ctx, self.parts.data.splits["train"], self.parts.sampler, self.state, self.cfg,
             metrics=self.metrics, clock=self.clock, last_checkpoint=self.checkpoints.last_path,
             sampling=subword_sampling(self.cfg.data, self.parts.tokenizers, self.cfg.model.max_positions),
+            average=self.average,
         )
 
     def save(self, is_best: bool = False) -> Path | None:
@@ -80,10 +85,12 @@ class Trainer:
         return self.checkpoints.save(self.state, is_best=is_best)
 
     def validate_and_save(self) -> bool:
-        """Validate on every rank (each its share), save (marking the best), and say whether to stop early."""
+        """Validate on every rank (each its share; the moving average of the weights with ``train.ema_decay``),
+        save (marking the best), and say whether to stop early."""
         tc = self.cfg.train
-        scores = validate(self.model, self.parts.tokenizers, self.parts.data.splits["valid"],
-                          self.valid_settings, self.device, dist=self.dist)  # the same scores on every rank
+        with self.average.applied() if self.average is not None else contextlib.nullcontext():
+            scores = validate(self.model, self.parts.tokenizers, self.parts.data.splits["valid"],
+                              self.valid_settings, self.device, dist=self.dist)  # the same scores on every rank
         self.metrics.log("valid", self.state.step, **scores)  # rank 0 only: the log is off elsewhere
         is_best = record_validation(self.state, scores, tc.best_metric)
         self.save(is_best=is_best or not self.checkpoints.best_path.exists())

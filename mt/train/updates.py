@@ -16,6 +16,7 @@ from pathlib import Path
 from mt.config import Config
 from mt.data import Batch, SubwordSampling, TokenBatchSampler, TokenizedSplit, collate
 from mt.train.distributed import all_reduce_sum
+from mt.train.ema import WeightAverage
 from mt.train.metrics_log import MetricsLog, MetricWindow
 from mt.train.optim import set_lr
 from mt.train.progress import Progress
@@ -47,9 +48,11 @@ class UpdateLoop:
     def __init__(
         self, ctx: StepContext, split: TokenizedSplit, sampler: TokenBatchSampler, state: TrainState, cfg: Config,
         *, metrics: MetricsLog, clock: Clock, last_checkpoint: Path, sampling: SubwordSampling | None = None,
+        average: WeightAverage | None = None,
     ) -> None:
         self.ctx, self.split, self.sampler, self.state, self.cfg = ctx, split, sampler, state, cfg
         self.sampling = sampling  # subword regularisation of the training batches (None = binarized ids)
+        self.average = average  # train.ema_decay: updated after every applied update
         self.metrics, self.clock, self.last_checkpoint = metrics, clock, last_checkpoint
         self.window = MetricWindow()
         self.compile_pending = cfg.train.compile  # the first update compiles; its time is logged once
@@ -122,6 +125,8 @@ class UpdateLoop:
             return False
         state.step += 1
         state.nonfinite_in_a_row = 0
+        if self.average is not None:
+            self.average.update(state.step)
         self.window.add(result, time.monotonic() - t0)
         bar.update(state.step, loss=result.loss_sum / max(result.ntokens, 1) / math.log(2), lr=lr,
                    tok_s=self.window.tokens_per_s(), spent=budget_progress(state.step, self.clock.elapsed(), cfg.train))

@@ -1,13 +1,16 @@
 """train.ema_decay: the moving average's arithmetic, what checkpoints hold, and an exact resume."""
 
+import json
+
 import pytest
 import torch
 from helpers import tiny_config
 from torch import nn
 
-from mt.checkpoint import RAW_MODEL_KEY, average_checkpoints, load_checkpoint
+from mt.checkpoint import RAW_MODEL_KEY, average_checkpoints, load_checkpoint, load_for_inference
 from mt.train.ema import WeightAverage
 from mt.train.trainer import Trainer
+from mt.train.validate import ValidationSettings, validate
 
 
 class Tied(nn.Module):
@@ -86,6 +89,14 @@ def test_checkpoints_hold_the_average_as_model_and_resume_exactly(tmp_path):
     assert not torch.equal(a["model"][name], a[RAW_MODEL_KEY][name])  # the average is not the weights
     assert torch.equal(a[RAW_MODEL_KEY][name], straight.model.state_dict()[name])
     assert torch.equal(a["model"][name], straight.average.state_dict()[name])
+
+    # what the run validated at update 4 is the average: the logged loss is that of the checkpoint's model
+    logged = [json.loads(line) for line in (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()]
+    valid_loss = next(row["loss"] for row in logged if row["split"] == "valid" and row["step"] == 4)
+    model, tokenizers, cfg = load_for_inference(tmp_path / "a" / "run" / "checkpoints" / "checkpoint_4.pt")
+    scores = validate(model, tokenizers, straight.parts.data.splits["valid"], ValidationSettings.from_config(cfg),
+                      torch.device("cpu"))
+    assert scores["loss"] == pytest.approx(valid_loss, rel=1e-6)
 
     averaged = average_checkpoints([tmp_path / "a" / "run" / "checkpoints" / f"checkpoint_{s}.pt" for s in (2, 4)])
     assert RAW_MODEL_KEY not in averaged

@@ -110,3 +110,12 @@ def test_turning_the_average_on_when_resuming_starts_it_from_the_weights(tmp_pat
     assert resumed.state.step == 2
     weights = resumed.model.state_dict()
     assert all(torch.equal(weights[k], v) for k, v in resumed.average.state_dict().items())
+
+
+def test_turning_the_average_off_when_resuming_goes_on_from_the_optimizers_weights(tmp_path):
+    first = Trainer(tiny_config(tmp_path, "train.max_updates=2", "train.validate_every=1000", "train.ema_decay=0.9"))
+    assert first.run() == "max_updates"
+    stored = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    resumed = Trainer(tiny_config(tmp_path, "train.max_updates=2"))
+    assert resumed.state.step == 2 and resumed.average is None
+    assert all(torch.equal(resumed.model.state_dict()[k], v) for k, v in stored[RAW_MODEL_KEY].items())

@@ -6,8 +6,9 @@ initialisation, later it spans about the last ``1 / (1 - d)`` updates (TensorFlo
 
 The average is what a run shows and keeps: validation scores it, and a checkpoint's ``model`` holds it, so
 ``best.pt``, checkpoint averaging, the test, distillation, decoding and export all use it unchanged. The
-optimizer's own weights go beside it (``RAW_MODEL_KEY``), from where a resume restores them; a checkpoint
-without that key holds no average (``ema_decay`` 0 when written), and its ``model`` is the optimizer's weights.
+optimizer's own weights go beside it (``mt.checkpoint.RAW_MODEL_KEY``), from where a resume restores them;
+a checkpoint without that key holds no average (``ema_decay`` 0 when written): its ``model`` is the
+optimizer's weights.
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
-
-from mt.checkpoint import RAW_MODEL_KEY
-
-__all__ = ["RAW_MODEL_KEY", "WeightAverage"]
 
 
 class WeightAverage:

@@ -209,12 +209,18 @@ PACKED_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.qi
 
 
 def load_for_inference(
-    path: str | Path, device: str | torch.device = "cpu", *, pack: bool = False, precision: str = "fp32"
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    pack: bool = False,
+    precision: str = "fp32",
+    native: bool = True,
 ):
     """Model (eval mode), tokenizers and typed config from a checkpoint, safely. ``pack``: the linears
     packed for a CPU model (``mt.model.packed_linear``; the state dict is unchanged), as float32 or, with
     ``precision="bf16"``, bfloat16 products (then ``bf16_supported()`` must hold), with ``"int8"`` int8
-    weights (``int8_supported()``)."""
+    weights (``int8_supported()``); and, with ``native``, greedy decoding steps in C++ where the model is
+    one the C++ step covers (``mt.model.native``; a float32 model whose linears stay unpacked)."""
     from mt.config import to_config
     from mt.model import build_model, pack_linears_
 
@@ -231,23 +237,31 @@ def load_for_inference(
     model.to(device).eval()
     if pack:
         pack_linears_(model, PACKED_DTYPES[precision])
+        if native and torch.device(device).type == "cpu":
+            model.decoder.use_native()  # a model it does not cover keeps the Python step
     return model, tokenizers, cfg
 
 
 def load_models_for_inference(
-    paths: Sequence[str | Path], device: str | torch.device = "cpu", *, pack: bool = False, precision: str = "fp32"
+    paths: Sequence[str | Path],
+    device: str | torch.device = "cpu",
+    *,
+    pack: bool = False,
+    precision: str = "fp32",
+    native: bool = True,
 ):
     """``load_for_inference`` of one checkpoint, or of several as one ``mt.model.Ensemble``: then every
     checkpoint must hold the same tokenizers (CheckpointError naming the first that differs); the tokenizers
     and config returned are the first checkpoint's (its ``decode`` settings, its length limits)."""
     from mt.model import Ensemble
 
-    model, tokenizers, cfg = load_for_inference(paths[0], device, pack=pack, precision=precision)
+    model, tokenizers, cfg = load_for_inference(paths[0], device, pack=pack, precision=precision, native=native)
     if len(paths) == 1:
         return model, tokenizers, cfg
     members = [model]
     for path in paths[1:]:
-        member, other, other_cfg = load_for_inference(path, device, pack=pack, precision=precision)
+        member, other, other_cfg = load_for_inference(path, device, pack=pack, precision=precision,
+                                                     native=native)
         if tokenizers_state(other) != tokenizers_state(tokenizers):
             raise CheckpointError(
                 f"{path} has another vocabulary than {paths[0]}: an ensemble needs checkpoints trained with "

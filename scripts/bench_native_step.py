@@ -1,24 +1,27 @@
-"""What the Python of a decoding step costs: mt's cached decoder step against the same ATen calls made from C++.
+"""What the Python of a decoding step costs: mt's cached decoder step three ways.
 
     python scripts/bench_native_step.py [--ckpt PATH] [--rows 1 16 64] [--steps 20] [--rounds 7] [--threads 2]
                                         [--force] [--smoke]
 
-``scripts/bench_step_cost.py`` finds that a step of a small model costs mt about 1.3 ms more than CTranslate2
-whatever its rows, and suspects the Python between the operator calls. This measures it. The decoder layers
-of a greedy step run two ways on the same cache, in one process, alternated round by round:
+``scripts/bench_step_cost.py`` finds that a step of a small model costs mt's Python step about 1.3 ms more
+than CTranslate2 whatever its rows. This splits it. The decoder layers of a greedy step run three ways on
+the same cache, in one process, the order turning round by round:
 
-- **python**: ``model.decode`` (mt's fast step, ``DecoderLayer.step``);
-- **native**: ``scripts/native_step.cpp``, compiled on first use by ``torch.utils.cpp_extension`` (a C++
-  compiler needed), which makes the same ATen calls in the same order for every layer, so its logits must
-  equal the Python step's bit for bit (checked, and printed).
+- **python**: ``model.decode`` with the Python step (``DecoderLayer.step``; ``--native off``);
+- **aten**: ``scripts/native_step.cpp``, compiled on first use by ``torch.utils.cpp_extension`` (a C++
+  compiler needed), which makes the Python step's ATen calls in the same order from C++, so its logits must
+  equal the Python step's bit for bit (checked, and printed): what the Python between the calls costs;
+- **native**: ``model.decode`` with mt's C++ step (``mt.model.native``, mt's default where it covers the
+  model): one ATen call a linear, the rest in loops of its own; its largest logit difference from the
+  Python step and how many rows x steps choose another token are printed.
 
-Both embed the tokens, apply the final norm and project in Python; only the layers differ. The first lines
-of ``--input`` are encoded and decoded greedily for ``--steps`` steps at each row count in ``--rows``; a step
-is the median over ``--rounds`` of the steps' mean time. The C++ step covers what this script checks (plain
-float32 linears, fused QKV, LayerNorm, ReLU, Post-LN or Pre-LN, no RoPE, qk-norm or GQA) and is not mt's decoder:
-it exists to measure. The checkpoint defaults to ``make bench-decode-peers``'s mini (the paper's model after
-1,000 updates, trained once into ``runs/bench_decode_mini``). ``--smoke`` (the test's): rows 1 and 2, 3 steps,
-1 round, no busy check.
+All three embed the tokens, apply the final norm and project in Python; only the layers differ. The first
+lines of ``--input`` are encoded and decoded greedily for ``--steps`` steps at each row count in ``--rows``;
+a step is the median over ``--rounds`` of the steps' mean time. ``scripts/native_step.cpp`` covers plain
+float32 linears, fused QKV, LayerNorm, ReLU, Post-LN or Pre-LN, no RoPE, qk-norm or GQA, and is not mt's
+decoder: it exists to measure. The checkpoint defaults to ``make bench-decode-peers``'s mini (the paper's
+model after 1,000 updates, trained once into ``runs/bench_decode_mini``). ``--smoke`` (the test's): rows 1
+and 2, 3 steps, 1 round, no busy check.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from bench_peers import git_commit, refuse_if_busy
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = Path(__file__).resolve().parent / "native_step.cpp"
+WAYS = ("python", "aten", "native")
 LAYER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "cross_attn.q", "cross_attn.out",
                "cross_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
 
@@ -62,10 +66,10 @@ def layer_weights(decoder) -> list:
 
 
 class Steps:
-    """The two ways of decoding ``steps`` greedy steps of ``rows`` sentences from the same start."""
+    """The three ways of decoding ``steps`` greedy steps of ``rows`` sentences from the same start."""
 
-    def __init__(self, model, tokenizers, lines: list[str], native) -> None:
-        self.model, self.tokenizers, self.lines, self.native = model, tokenizers, lines, native
+    def __init__(self, model, tokenizers, lines: list[str], aten, native) -> None:
+        self.model, self.tokenizers, self.lines, self.aten, self.native = model, tokenizers, lines, aten, native
         self.decoder = model.decoder
         self.weights = layer_weights(self.decoder)
         self.heads = self.decoder.layers[0].self_attn.heads
@@ -86,6 +90,17 @@ class Steps:
         return enc, cache, logits[:, -1].argmax(-1, keepdim=True)
 
     def python(self, enc, cache, tok, steps: int) -> list:
+        self.decoder.native = None
+        return self.python_loop(enc, cache, tok, steps)
+
+    def native_steps(self, enc, cache, tok, steps: int) -> list:
+        self.decoder.native = self.native
+        try:
+            return self.python_loop(enc, cache, tok, steps)
+        finally:
+            self.decoder.native = None
+
+    def python_loop(self, enc, cache, tok, steps: int) -> list:
         out = []
         for _ in range(steps):
             logits = self.model.decode(tok, enc, cache)  # (rows, 1, V)
@@ -93,7 +108,7 @@ class Steps:
             tok = logits[:, -1].argmax(-1, keepdim=True)
         return out
 
-    def native_steps(self, enc, cache, tok, steps: int) -> list:
+    def aten_steps(self, enc, cache, tok, steps: int) -> list:
         keys = [layer.self_attn.keys for layer in cache.layers]
         values = [layer.self_attn.values for layer in cache.layers]
         cross_k, cross_v = [layer.cross_k for layer in cache.layers], [layer.cross_v for layer in cache.layers]
@@ -102,8 +117,8 @@ class Steps:
         for _ in range(steps):
             length = cache.length
             x = self.decoder.embedding(tok, length)  # (rows, 1, D)
-            h = self.native.decoder_step(x, self.weights, keys, values, length, cross_k, cross_v, mask,
-                                         self.heads, self.pre_ln)
+            h = self.aten.decoder_step(x, self.weights, keys, values, length, cross_k, cross_v, mask,
+                                       self.heads, self.pre_ln)
             for layer in cache.layers:
                 layer.self_attn.length = length + 1
             if self.decoder.final_norm is not None:
@@ -114,23 +129,28 @@ class Steps:
         return out
 
 
-def measure(steps: Steps, rows: int, n_steps: int, rounds: int) -> tuple[dict[str, list[float]], bool]:
-    """ms per step of each way over ``rounds`` alternated rounds, and whether their logits were equal."""
+def measure(steps: Steps, rows: int, n_steps: int, rounds: int) -> tuple[dict[str, list[float]], dict]:
+    """ms per step of each way over ``rounds`` rounds (the order turning each round), and how the C++ ways'
+    logits compare with the Python step's: aten's bit-equal or not; native's largest difference and how many
+    rows x steps choose another token."""
     import torch
 
-    times: dict[str, list[float]] = {"python": [], "native": []}
+    times: dict[str, list[float]] = {way: [] for way in WAYS}
     outputs = {}
     for round_ in range(rounds):
-        order = ("python", "native") if round_ % 2 == 0 else ("native", "python")
-        for way in order:
-            run = steps.python if way == "python" else steps.native_steps
+        for way in WAYS[round_ % 3:] + WAYS[: round_ % 3]:
             with torch.inference_mode():
                 enc, cache, tok = steps.start(rows)
                 start = time.perf_counter()
-                outputs[way] = run(enc, cache, tok, n_steps)
+                outputs[way] = getattr(steps, f"{way}_steps" if way != "python" else "python")(enc, cache, tok, n_steps)
                 times[way].append(1000 * (time.perf_counter() - start) / n_steps)
-    same = all(torch.equal(a, b) for a, b in zip(outputs["python"], outputs["native"], strict=True))
-    return times, same
+    pairs = list(zip(outputs["python"], outputs["aten"], outputs["native"], strict=True))
+    check = {
+        "aten bit-equal": all(torch.equal(p, a) for p, a, _ in pairs),
+        "native max |diff|": max(float((p - n).abs().max()) for p, _, n in pairs),
+        "native other tokens": sum(int((p[:, -1].argmax(-1) != n[:, -1].argmax(-1)).sum()) for p, _, n in pairs),
+    }
+    return times, check
 
 
 def parse_args() -> argparse.Namespace:
@@ -160,13 +180,14 @@ def main() -> None:
     from torch.utils.cpp_extension import load
 
     from mt.checkpoint import load_for_inference
+    from mt.model.native import NativeSteps, load_native
 
     torch.set_num_threads(args.threads)
     if args.ckpt is None:
         from bench_decode_peers import train_mini
 
         args.ckpt = train_mini(args.data_dir)
-    model, tokenizers, cfg = load_for_inference(args.ckpt, pack=True)
+    model, tokenizers, cfg = load_for_inference(args.ckpt, pack=True, native=False)
     if (why := unsupported(cfg)) is not None:
         raise SystemExit(f"{args.ckpt}: {why}")
     opener = gzip.open if args.input.suffix == ".gz" else open
@@ -175,17 +196,18 @@ def main() -> None:
     if len(lines) < max(args.rows):
         raise SystemExit(f"{args.input}: {len(lines)} lines, fewer than --rows {max(args.rows)}")
     print(f"compiling {SOURCE.name} (cached after the first time) ...", flush=True)
-    native = load("mt_bench_native_step", [str(SOURCE)], extra_cflags=["-O3"])
-    steps = Steps(model, tokenizers, lines, native)
+    aten = load("mt_bench_native_step", [str(SOURCE)], extra_cflags=["-O3"])
+    if (built := load_native()) is None:
+        raise SystemExit("mt's C++ step (mt.model.native) could not be built")
+    steps = Steps(model, tokenizers, lines, aten, NativeSteps(model.decoder, built))
     print(f"commit {git_commit()}, {args.ckpt}, {args.threads} threads, {args.steps} greedy steps, "
           f"{args.rounds} alternated round(s), ms per step (medians):", flush=True)
     for rows in args.rows:
-        times, same = measure(steps, rows, args.steps, args.rounds)
-        py, nat = statistics.median(times["python"]), statistics.median(times["native"])
-        rounds = " / ".join(f"{a:.3f}-{b:.3f}" for a, b in zip(times["python"], times["native"], strict=True))
-        print(f"rows {rows:3d}: python {py:.3f}  native {nat:.3f}  (saves {py - nat:.3f} ms, "
-              f"{100 * (py - nat) / py:.0f}%; rounds python-native {rounds}); logits bit-equal: {same}", flush=True)
-
+        times, check = measure(steps, rows, args.steps, args.rounds)
+        medians = "  ".join(f"{way} {statistics.median(times[way]):.3f}" for way in WAYS)
+        rounds = " / ".join("-".join(f"{t:.3f}" for t in one) for one in zip(*times.values(), strict=True))
+        checks = ", ".join(f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}" for k, v in check.items())
+        print(f"rows {rows:3d}: {medians}  (rounds {'-'.join(WAYS)} {rounds}); {checks}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -82,6 +82,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, ensemble: bool = False) -
     parser.add_argument("--precision", choices=("fp32", "bf16", "int8"), default="fp32",
                         help="products of the linear layers on a CPU: fp32, bf16 (a CPU with bf16 instructions) or "
                              "int8 (int8 weights, inputs quantised per call); norms, softmax and scores stay fp32")
+    parser.add_argument("--native", choices=("on", "off"), default="on",
+                        help="greedy decoding steps of a small float32 model in C++ (built once per CPU on first "
+                             "use; a model or machine it does not cover decodes in Python): on (default) or off")
     add_debug_flag(parser)
 
 

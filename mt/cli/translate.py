@@ -71,7 +71,8 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, list[
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     keep_freed_memory()  # the step's logits and caches are reused, not page-faulted in again every step
-    model, tokenizers, cfg = load_models_for_inference(paths, device, pack=True, precision=args.precision)
+    model, tokenizers, cfg = load_models_for_inference(paths, device, pack=True, precision=args.precision,
+                                                       native=getattr(args, "native", "on") == "on")
     decode = validate_group("decode", decode_config(cfg.decode, args))
     translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)
     return translator, cfg, paths
@@ -106,14 +107,15 @@ def load_translator_processes(
     warning = oversubscribed(workers, threads, usable_cores())
     if warning:
         print(f"mt-translate: warning: {warning}", file=sys.stderr)
-    build = functools.partial(worker_translator, [str(path) for path in paths], args.precision, decode)
+    build = functools.partial(worker_translator, [str(path) for path in paths], args.precision, decode,
+                              getattr(args, "native", "on") == "on")
     processes = DecodingProcesses(build, workers, threads).start()
     translator = Translator(None, tokenizers, decode, device, max_positions=cfg.model.max_positions,
                             processes=processes)
     return translator, cfg, paths
 
 
-def worker_translator(paths: list[str], precision: str, decode: DecodeConfig) -> Translator:
+def worker_translator(paths: list[str], precision: str, decode: DecodeConfig, native: bool = True) -> Translator:
     """What each ``--workers`` process builds: the packed CPU model (or ensemble) and a Translator (module
     level: a spawned process finds it by name)."""
     from mt.allocator import keep_freed_memory
@@ -121,7 +123,7 @@ def worker_translator(paths: list[str], precision: str, decode: DecodeConfig) ->
     from mt.decode import Translator
 
     keep_freed_memory()
-    model, tokenizers, cfg = load_models_for_inference(paths, "cpu", pack=True, precision=precision)
+    model, tokenizers, cfg = load_models_for_inference(paths, "cpu", pack=True, precision=precision, native=native)
     return Translator(model, tokenizers, decode, "cpu", max_positions=cfg.model.max_positions)
 
 

@@ -102,6 +102,16 @@ class KVBuffer:
         self.length = extent
         return self.view()
 
+    def reserve(self, extent: int) -> None:
+        """Room for ``extent`` steps, the valid ones kept (for a writer other than ``append``: the C++ step,
+        ``mt.model.native``). The buffer must hold something already."""
+        assert self.keys is not None and self.values is not None, "nothing appended yet"
+        if extent > self.keys.size(2):
+            rows, heads, _, slots, head_dim = self.keys.shape
+            like = self.keys.new_empty(rows * slots, heads, 1, head_dim)
+            self.keys = self._grown(self.keys, like, extent, slots)
+            self.values = self._grown(self.values, like, extent, slots)
+
     def add_rows(self, n: int) -> None:
         """Append ``n`` rows (what they hold is masked: finite stale keys or zeros, see ``append_rows``). When
         the buffer is the first rows of a larger allocation (rows that left, ``select_rows_``; or the spare

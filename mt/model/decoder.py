@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from mt.model.cache import DecoderCache, DecodingState, EncoderOut
 from mt.model.embedding import TransformerEmbedding
 from mt.model.layers import DecoderLayer
+from mt.model.native import NativeSteps, load_native, unsupported
 from mt.model.packed_linear import Packed, pack_weight, packed_linear
 
 
@@ -34,6 +35,17 @@ class Decoder(nn.Module):
         # False runs the modules' ``forward`` instead (the plain path the tests compare it with)
         self.fast_steps = True
         self.output_packed: Packed | None = None  # ``pack_output``: the projection packed for inference
+        self.native: NativeSteps | None = None  # ``use_native``: one-token cached steps in C++
+
+    def use_native(self) -> str | None:
+        """Run cached one-token steps in C++ (``mt.model.native``) from now on, in eval mode. Returns why
+        not (and leaves the Python step) when the C++ step does not cover this model or cannot be built."""
+        if (why := unsupported(self)) is not None:
+            return f"the C++ decoding step does not cover {why}"
+        if (native := load_native()) is None:
+            return "the C++ decoding step could not be built"
+        self.native = NativeSteps(self, native)
+        return None
 
     def pack_output(self, dtype: torch.dtype = torch.float32) -> None:
         """Pack the output projection as ``dtype`` for CPU inference (``mt.model.packed_linear``); eval mode only."""
@@ -80,8 +92,11 @@ class Decoder(nn.Module):
         else:
             steps = cache.start_call(tgt_in.size(0), tgt_in.size(1), enc, x.dtype)  # masks built once per call
             fast = self.fast_steps and not self.training
-            for layer, step in zip(self.layers, steps, strict=True):
-                x = layer.step(x, enc.out, step, start) if fast else layer(x, enc.out, None, step, start)
+            if fast and self.native is not None and isinstance(cache, DecoderCache) and self.native.takes(x, steps):
+                x = self.native(x, steps)
+            else:
+                for layer, step in zip(self.layers, steps, strict=True):
+                    x = layer.step(x, enc.out, step, start) if fast else layer(x, enc.out, None, step, start)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.project(x) if project_output else x  # (B, T, V) or (B, T, D)

@@ -1,0 +1,133 @@
+"""A decoding step of every decoder layer in C++ (``native_step.cpp``), for small models on a CPU.
+
+A small model's cached step is mostly the dispatch of its many small operator calls (~58 a layer for
+``transformer_mini``), not arithmetic. ``NativeSteps`` runs the decoder layers of a one-token step as one
+C++ call that makes one ATen call a linear and does the norms, residuals, activation, cache write and both
+attentions in loops of its own. The embedding, the final norm and the output projection stay in Python.
+
+The extension is compiled on first use by ``torch.utils.cpp_extension`` (a C++ compiler and Python's
+headers needed; about a minute, then cached per CPU) and ``load_native`` returns None, with the reason,
+where it cannot be built: decoding then runs the Python step. ``unsupported(decoder)`` names the options
+the C++ step does not cover (``Decoder.forward`` falls back to the Python step for them), and
+``NativeSteps.takes`` the calls it does not take (the first call of a cache, several tokens a row, beam
+stores). Its sums run in another order than ATen's: hidden states within ~1e-5 of the Python step's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import warnings
+from functools import cache
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from mt.model.cache import LayerStep
+
+SOURCE = Path(__file__).with_name("native_step.cpp")
+LAYER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "cross_attn.q", "cross_attn.out",
+               "cross_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
+
+
+def unsupported(decoder: nn.Module) -> str | None:
+    """What of ``decoder`` (an ``mt.model.decoder.Decoder``) the C++ step does not cover (None: it covers it)."""
+    layer = decoder.layers[0]
+    attn = layer.self_attn
+    checks = {
+        "rotary positions": attn.rope is not None,
+        "qk-norm": attn.q_norm is not None,
+        "grouped-query attention": not attn.fused,
+        "an activation other than ReLU": type(layer.ffn.activation) is not nn.ReLU or layer.ffn.gate is not None,
+    }
+    if attn.fused:  # the parts the C++ step reads exist
+        linears = [layer.get_submodule(name) for name in LAYER_PARTS if not name.endswith("norm")]
+        checks["packed or quantized linears"] = any(type(linear) is not nn.Linear for linear in linears)
+        checks["weights other than float32"] = any(linear.weight.dtype != torch.float32 for linear in linears)
+    found = [name for name, bad in checks.items() if bad]
+    return ", ".join(found) or None
+
+
+@cache
+def load_native():
+    """The compiled extension, or None (with a warning giving the reason) where it cannot be built."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory, load
+
+        name = f"mt_native_step_{_cpu_tag()}"
+        if not any(Path(_get_build_directory(name, verbose=False)).glob(f"{name}*.so")):
+            print("building the C++ decoding step (once for this CPU, about 20 s) ...", file=sys.stderr, flush=True)
+        return load(name, [str(SOURCE)], extra_cflags=["-O3", "-march=native", "-fopenmp"], verbose=False)
+    except Exception as e:  # no compiler, no headers, an unknown flag: decode with the Python step
+        warnings.warn(f"the C++ decoding step could not be built ({type(e).__name__}: {str(e)[:200]}); "
+                      "decoding runs the Python step", stacklevel=2)
+        return None
+
+
+def _cpu_tag() -> str:
+    """A short hash of this CPU's model and flags and of the source: ``-march=native`` code built on one CPU
+    may not run on another, so each gets its own build in torch's extension cache."""
+    info = ""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        info = "\n".join(sorted({line for line in lines if line.startswith(("model name", "flags"))}))
+    except OSError:
+        pass
+    return hashlib.sha1((info + SOURCE.read_text()).encode()).hexdigest()[:12]
+
+
+class NativeSteps:
+    """The decoder layers of a cached one-token step, in C++, on ``decoder``'s weights (made ready once)."""
+
+    def __init__(self, decoder: nn.Module, native) -> None:
+        if (why := unsupported(decoder)) is not None:
+            raise ValueError(f"the C++ decoding step does not cover {why}")
+        tensors = []
+        for layer in decoder.layers:
+            for name in LAYER_PARTS:
+                module = layer.get_submodule(name)
+                bias = getattr(module, "bias", None)
+                tensors += [module.weight.detach(), bias.detach() if bias is not None else torch.empty(0)]
+        self.native = native
+        self.weights = native.prepare(tensors)
+        first = decoder.layers[0]
+        self.heads = first.self_attn.heads
+        self.pre_ln = first.self_attn_res.pre_ln
+        self.eps = float(first.self_attn_res.norm.eps)
+
+    @staticmethod
+    def takes(x: Tensor, steps: list[LayerStep]) -> bool:
+        """Whether this call is one the C++ step runs: float32, one token a row, one decoder row a cache row,
+        every layer's source keys already made (not a cache's first call)."""
+        first = steps[0]
+        return (
+            x.size(1) == 1
+            and x.dtype == torch.float32
+            and x.device.type == "cpu"
+            and first.group == 1
+            and (first.self_mask is None or first.at is not None)
+            and first.kv.cross_k is not None
+            and first.kv.self_attn.keys is not None
+        )
+
+    def __call__(self, x: Tensor, steps: list[LayerStep]) -> Tensor:
+        """x (N, 1, D) embedded -> (N, 1, D) after the last layer (before any final norm); each layer's
+        cache gains this step."""
+        first = steps[0]
+        if first.at is None:  # every row at the same step
+            extent = first.kv.self_attn.length + 1
+            at = torch.full((x.size(0),), extent - 1, dtype=torch.long)
+        else:
+            at, extent = first.at, first.extent
+        buffers = [step.kv.self_attn for step in steps]
+        for buffer in buffers:
+            buffer.reserve(extent)
+        out = self.native.decoder_step(
+            x.contiguous(), self.weights, [b.keys for b in buffers], [b.values for b in buffers], at,
+            [s.kv.cross_k for s in steps], [s.kv.cross_v for s in steps], first.source_mask,
+            self.heads, self.pre_ln, self.eps,
+        )
+        for buffer in buffers:
+            buffer.length = extent
+        return out

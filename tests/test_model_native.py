@@ -69,30 +69,40 @@ def test_cpp_step_decodes_like_the_python_step(native, options: dict) -> None:
     assert torch.equal(logits[True].argmax(-1), logits[False].argmax(-1))
 
 
+@pytest.mark.parametrize("options", COVERED[:2], ids=["paper", "pre_ln"])
 @torch.inference_mode()
-def test_cpp_step_leaves_beam_search_to_python(native, monkeypatch) -> None:
-    model = random_model()
-    assert model.decoder.use_native() is None
-    calls = []
-    monkeypatch.setattr(NativeSteps, "__call__", lambda self, x, steps: calls.append(x) or x)
-    enc = model.encode(torch.randint(4, 64, (2, 5)), torch.zeros(2, 5, dtype=torch.bool))
-    cache = model.new_cache(beams_per_sentence=3)
-    model.decode(torch.full((2, 1), 2), enc, cache)
-    cache.reorder(torch.arange(2).repeat_interleave(3))
-    model.decode(torch.full((6, 1), 5), enc, cache)
-    assert not calls
-    plain = model.new_cache()
-    model.decode(torch.full((2, 1), 2), enc, plain)  # a cache's first call: Python
-    model.decode(torch.full((2, 1), 5), enc, plain)
-    assert len(calls) == 1
+def test_cpp_step_decodes_beam_stores_like_the_python_step(native, options: dict) -> None:
+    """A beam store (3 sentences x 3 beams, slots read through the mask): fan-out, beams swapping and
+    repeating within a sentence, a sentence leaving; the same logits within 1e-4 at every step."""
+    model = random_model(**options)
+    src = torch.randint(4, 64, (3, 6))
+    index = [torch.arange(3).repeat_interleave(3), torch.tensor([2, 0, 0, 5, 3, 4, 6, 6, 6]),
+             torch.tensor([1, 1, 2, 3, 5, 5]), torch.tensor([2, 0, 1, 5, 5, 4])]  # fan out, within, drop, within
+    logits = {}
+    for use in (False, True):
+        model.decoder.native = NativeSteps(model.decoder, native) if use else None
+        enc = model.encode(src, torch.zeros_like(src, dtype=torch.bool))
+        cache = model.new_cache(beams_per_sentence=3)
+        tokens, out = torch.full((3, 1), 2), []
+        for step, keep in enumerate(index):
+            out.append(model.decode(tokens, enc, cache))
+            cache.reorder(keep)
+            if step == 2:
+                enc.reorder(torch.tensor([0, 1]))  # the third sentence left
+            tokens = torch.randint(4, 64, (keep.numel(), 1), generator=torch.Generator().manual_seed(step))
+        out.append(model.decode(tokens, enc, cache))
+        logits[use] = out
+    for fast, plain in zip(logits[True], logits[False], strict=True):
+        assert torch.allclose(fast, plain, atol=1e-4, rtol=0)
 
 
 COVERED_OVERRIDES = [[], ["model.pre_ln=true"], ["model.pre_ln=true", "model.norm=rmsnorm"],
                      ["model.norm=rmsnorm", "model.positions=learned"]]
 
 
-@pytest.mark.parametrize("refill", ["greedy", "none"])
-def test_cpp_step_translates_like_the_python_step_with_and_without_refill(native, tmp_path, refill: str) -> None:
+@pytest.mark.parametrize(("strategy", "refill"), [("greedy", "greedy"), ("greedy", "none"), ("beam", "all"),
+                                                  ("beam", "none")])
+def test_cpp_step_translates_like_the_python_step_with_and_without_refill(native, tmp_path, strategy, refill) -> None:
     """Random models (each covered option set) whose batches of 3 sentences refill as sentences finish:
     rows at different steps in one call; the same tokens as the Python step."""
     for k, overrides in enumerate(COVERED_OVERRIDES):
@@ -101,7 +111,8 @@ def test_cpp_step_translates_like_the_python_step_with_and_without_refill(native
         for use in (False, True):
             model, tokenizers, cfg = load_for_inference(ckpt, pack=True, native=use)
             assert (model.decoder.native is not None) == use
-            settings = dataclasses.replace(cfg.decode, strategy="greedy", beam_size=1, max_sentences=3, refill=refill)
+            settings = dataclasses.replace(cfg.decode, strategy=strategy, beam_size=1 if strategy == "greedy" else 4,
+                                           max_sentences=3, refill=refill)
             translator = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions)
             outputs[use] = [t.hypotheses[0].tokens for t in translator.translate_nbest(demo_sources(17))]
         assert len({len(tokens) for tokens in outputs[True]}) > 1  # rows finish at different steps
@@ -113,12 +124,14 @@ def demo(tmp_path_factory):
     return demo_model(tmp_path_factory.getbasetemp() / "export_demo")  # trained once, shared with the export tests
 
 
-def test_packed_inference_models_decode_greedy_in_cpp_exactly_like_python_on_the_demo_test_set(demo) -> None:
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_packed_inference_models_decode_in_cpp_exactly_like_python_on_the_demo_test_set(demo, strategy) -> None:
     texts = {}
     for native in (False, True):
         model, tokenizers, cfg = load_for_inference(demo.ckpt, pack=True, native=native)
         assert (model.decoder.native is not None) == native
-        settings = dataclasses.replace(cfg.decode, strategy="greedy", beam_size=1, nbest=1)
+        settings = dataclasses.replace(cfg.decode, strategy=strategy, beam_size=1 if strategy == "greedy" else 4,
+                                       nbest=1)
         translator = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions)
         texts[native] = [(t.text, t.hypotheses[0].tokens) for t in translator.translate_nbest(demo.sources)]
     right = sum(text == ref for (text, _), ref in zip(texts[True], demo.references, strict=True))

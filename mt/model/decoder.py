@@ -92,7 +92,7 @@ class Decoder(nn.Module):
         else:
             steps = cache.start_call(tgt_in.size(0), tgt_in.size(1), enc, x.dtype)  # masks built once per call
             fast = self.fast_steps and not self.training
-            if fast and self.native is not None and isinstance(cache, DecoderCache) and self.native.takes(x, steps):
+            if fast and self.native is not None and self.native.takes(x, steps):
                 x = self.native(x, steps)
             else:
                 for layer, step in zip(self.layers, steps, strict=True):

@@ -9,8 +9,9 @@ The extension is compiled on first use by ``torch.utils.cpp_extension`` (a C++ c
 headers needed; about a minute, then cached per CPU) and ``load_native`` returns None, with the reason,
 where it cannot be built: decoding then runs the Python step. ``unsupported(decoder)`` names the options
 the C++ step does not cover (``Decoder.forward`` falls back to the Python step for them), and
-``NativeSteps.takes`` the calls it does not take (the first call of a cache, several tokens a row, beam
-stores). Its sums run in another order than ATen's: hidden states within ~1e-5 of the Python step's.
+``NativeSteps.takes`` the calls it does not take (the first call of a cache, several tokens a row). Greedy
+search, sampling and beam search (a beam store's slots, read through its mask) all run it. Its sums run in
+another order than ATen's: hidden states within ~1e-5 of the Python step's.
 """
 
 from __future__ import annotations
@@ -98,35 +99,34 @@ class NativeSteps:
 
     @staticmethod
     def takes(x: Tensor, steps: list[LayerStep]) -> bool:
-        """Whether this call is one the C++ step runs: float32, one token a row, one decoder row a cache row,
-        every layer's source keys already made (not a cache's first call)."""
+        """Whether this call is one the C++ step runs: float32 on a CPU, one token a row, every layer's source
+        keys and self-attention buffers already made (not a cache's first call)."""
         first = steps[0]
         return (
             x.size(1) == 1
             and x.dtype == torch.float32
             and x.device.type == "cpu"
-            and first.group == 1
-            and (first.self_mask is None or first.at is not None)
             and first.kv.cross_k is not None
             and first.kv.self_attn.keys is not None
+            and (first.group == 1 or first.self_mask is not None)
         )
 
     def __call__(self, x: Tensor, steps: list[LayerStep]) -> Tensor:
         """x (N, 1, D) embedded -> (N, 1, D) after the last layer (before any final norm); each layer's
-        cache gains this step."""
+        cache gains this step. N is the cache's rows x ``group`` (a beam store's beams)."""
         first = steps[0]
         if first.at is None:  # every row at the same step
             extent = first.kv.self_attn.length + 1
-            at = torch.full((x.size(0),), extent - 1, dtype=torch.long)
+            at = torch.full((x.size(0) // first.group,), extent - 1, dtype=torch.long)
         else:
             at, extent = first.at, first.extent
         buffers = [step.kv.self_attn for step in steps]
         for buffer in buffers:
             buffer.reserve(extent)
         out = self.native.decoder_step(
-            x.contiguous(), self.weights, [b.keys for b in buffers], [b.values for b in buffers], at,
-            [s.kv.cross_k for s in steps], [s.kv.cross_v for s in steps], first.source_mask,
-            self.heads, self.pre_ln, self.eps,
+            x.contiguous(), self.weights, [b.keys for b in buffers], [b.values for b in buffers], at, first.group,
+            first.self_mask if first.group > 1 else None, [s.kv.cross_k for s in steps],
+            [s.kv.cross_v for s in steps], first.source_mask, self.heads, self.pre_ln, self.eps,
         )
         for buffer in buffers:
             buffer.length = extent

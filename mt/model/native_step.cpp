@@ -8,7 +8,8 @@
 // states differ from the Python step's in the last bits (tested within 1e-4).
 //
 // Coverage (mt.model.native.unsupported names the rest): float32, fused QKV (kv_heads == heads), no RoPE or
-// qk-norm, ReLU, one decoder row per cache row (greedy and sampling, not beam stores).
+// qk-norm, ReLU. Cache rows hold `group` decoder rows each: 1 (greedy, sampling), or a beam store's beams,
+// one slot each (mt.model.beam_cache), whose self-attention mask says which slot of each step a beam reads.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <pybind11/stl.h>
@@ -32,27 +33,29 @@ float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// One query q (dh) against `keys` keys: k, v point at key 0, key t at k + t * stride; `bias` (nullptr: none)
-// adds a value a key (the source mask: 0 or -inf). out (dh) = softmax(q.k / sqrt(dh) + bias) . v
+// One query q (dh) against `keys` keys: k, v point at key 0, key i at k + i * stride; `bias` (nullptr: none)
+// adds a value a key (a mask: 0 or -inf; a -inf key is not read). out (dh) = softmax(q.k / sqrt(dh) + bias) . v
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t keys, int64_t dh,
                 const float* bias, int64_t bias_stride, float* out, float* scores) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  float top = -std::numeric_limits<float>::infinity();
-  for (int64_t t = 0; t < keys; ++t) {
-    const float s = dot(q, k + t * stride, dh) * scale + (bias ? bias[t * bias_stride] : 0.f);
-    scores[t] = s;
+  const float blocked = -std::numeric_limits<float>::infinity();
+  float top = blocked;
+  for (int64_t i = 0; i < keys; ++i) {
+    const float b = bias ? bias[i * bias_stride] : 0.f;
+    const float s = b == blocked ? blocked : dot(q, k + i * stride, dh) * scale + b;
+    scores[i] = s;
     top = std::max(top, s);
   }
   float total = 0.f;
-  for (int64_t t = 0; t < keys; ++t) total += (scores[t] = std::exp(scores[t] - top));
+  for (int64_t i = 0; i < keys; ++i) total += (scores[i] = std::exp(scores[i] - top));
   const float inv = 1.f / total;
   std::fill(out, out + dh, 0.f);
-  for (int64_t t = 0; t < keys; ++t) {
-    const float w = scores[t] * inv;
+  for (int64_t i = 0; i < keys; ++i) {
+    const float w = scores[i] * inv;
     if (w == 0.f) continue;  // a masked key
-    const float* vt = v + t * stride;
+    const float* vi = v + i * stride;
 #pragma omp simd
-    for (int64_t e = 0; e < dh; ++e) out[e] += w * vt[e];
+    for (int64_t e = 0; e < dh; ++e) out[e] += w * vi[e];
   }
 }
 
@@ -105,19 +108,27 @@ std::vector<Tensor> prepare(const std::vector<Tensor>& w) {
   return out;
 }
 
-// x (N, 1, D): the embedded new tokens; w: prepare()'s tensors; self_k / self_v: each layer's KVBuffer store
-// (N, H, capacity, 1, Dh), capacity > at[r]; at (N,) int64: the step row r writes (it attends to its steps
-// 0 .. at[r]); cross_k / cross_v (N, H, S, Dh); source_mask (N, 1, 1, S) additive. -> (N, 1, D), before any
-// final norm. Writes each layer's new keys and values into the stores.
+// x (N, 1, D): the embedded new tokens, N = cache rows x group; w: prepare()'s tensors; self_k / self_v: each
+// layer's KVBuffer store (N / group, H, capacity, group, Dh); at (N / group,) int64: the step each cache row
+// writes (row r = c * group + j writes slot j of cache row c); with group 1 row r attends to its steps
+// 0 .. at[r], with more to the slots self_mask (N / group, 1, group, L * group) additive allows; cross_k /
+// cross_v (N / group, H, S, Dh); source_mask (N / group, 1, 1, S) additive. -> (N, 1, D), before any final
+// norm. Writes each layer's new keys and values into the stores.
 Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& self_k,
-                    const std::vector<Tensor>& self_v, const Tensor& at, const std::vector<Tensor>& cross_k,
+                    const std::vector<Tensor>& self_v, const Tensor& at, int64_t group,
+                    const c10::optional<Tensor>& self_mask, const std::vector<Tensor>& cross_k,
                     const std::vector<Tensor>& cross_v, const Tensor& source_mask, int64_t heads, bool pre_ln,
                     double eps) {
   const int64_t n = x.size(0), d = x.size(2), dh = d / heads, layers = self_k.size();
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.size(1) == 1, "x: float32 (N, 1, D)");
+  TORCH_CHECK(group >= 1 && n % group == 0, "rows: cache rows x group");
   TORCH_CHECK(static_cast<int64_t>(w.size()) == kPerLayer * layers, "weights for ", layers, " layers");
-  TORCH_CHECK(at.scalar_type() == at::kLong && at.numel() == n, "at: int64 (N,)");
+  TORCH_CHECK(at.scalar_type() == at::kLong && at.numel() == n / group, "at: int64, one a cache row");
   TORCH_CHECK(source_mask.scalar_type() == at::kFloat, "source_mask: float32");
+  const bool slots = group > 1;
+  TORCH_CHECK(!slots || (self_mask.has_value() && self_mask->scalar_type() == at::kFloat && self_mask->dim() == 4 &&
+                         self_mask->size(2) == group && self_mask->size(3) % group == 0),
+              "self_mask: float32 (N / group, 1, group, L * group) for a group of several rows");
   const int64_t d_ff = w[12].size(1), src = cross_k.at(0).size(2);
   const auto opts = x.options();
   Tensor xs = x.reshape({n, d}).clone();  // (N, D) the residual stream
@@ -129,8 +140,13 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   const float* mask = source_mask.data_ptr<float>();
   const int64_t mask_row = source_mask.stride(0), mask_key = source_mask.stride(3);
   std::vector<float> tmp(d);
-  int64_t most_keys = 0;
-  for (int64_t r = 0; r < n; ++r) most_keys = std::max(most_keys, steps[r] + 1);
+  int64_t most_keys = 0;  // keys a row may attend to: its steps (group 1), or every slot of L steps
+  for (int64_t c = 0; c < n / group; ++c) most_keys = std::max(most_keys, steps[c] + 1);
+  const float* slot_mask = slots ? self_mask->data_ptr<float>() : nullptr;
+  const int64_t slot_keys = slots ? self_mask->size(3) : 0;
+  const int64_t m0 = slots ? self_mask->stride(0) : 0, m2 = slots ? self_mask->stride(2) : 0;
+  const int64_t m3 = slots ? self_mask->stride(3) : 0;
+  if (slots) most_keys = slot_keys;
 
   // Pre-LN: Hp = norm(X); Post-LN: Hp = X
   auto sublayer_input = [&](const Norm& norm) {
@@ -152,24 +168,29 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
     const Norm norm1 = norm_of(p + 4, eps), norm2 = norm_of(p + 10, eps), norm3 = norm_of(p + 16, eps);
     const Tensor &sk = self_k[l], &sv = self_v[l], &ck = cross_k[l], &cv = cross_v[l];
     check_kv(sk, "self keys"), check_kv(sv, "self values"), check_kv(ck, "source keys"), check_kv(cv, "source values");
-    TORCH_CHECK(sk.dim() == 5 && sk.size(3) == 1 && sk.size(2) >= most_keys && sk.strides() == sv.strides(),
-                "self keys/values: (N, H, capacity >= the longest row's steps, 1, Dh), the same layout");
+    TORCH_CHECK(sk.dim() == 5 && sk.size(3) == group && sk.size(2) * group >= most_keys &&
+                    sk.stride(2) == group * sk.stride(3) && sk.strides() == sv.strides(),
+                "self keys/values: (N / group, H, capacity, group, Dh), steps of group slots, the same layout");
     TORCH_CHECK(ck.strides() == cv.strides() && ck.size(2) == src, "source keys/values: the same layout");
 
     // self-attention: this step's keys and values into the cache, one query over the row's steps
     sublayer_input(norm1);
     at::addmm_out(qkv, p[1], h, p[0]);  // (N, 3D)
     float *K = sk.data_ptr<float>(), *V = sv.data_ptr<float>();
-    const int64_t s0 = sk.stride(0), s1 = sk.stride(1), s2 = sk.stride(2);
+    const int64_t s0 = sk.stride(0), s1 = sk.stride(1), s2 = sk.stride(2), s3 = sk.stride(3);
     at::parallel_for(0, n * heads, 16, [&](int64_t begin, int64_t end) {
       std::vector<float> scores(most_keys);
       for (int64_t i = begin; i < end; ++i) {
-        const int64_t r = i / heads, hd = i % heads, step = steps[r];
+        const int64_t r = i / heads, hd = i % heads, c = r / group, j = r % group, step = steps[c];
         const float* row = QKV + r * 3 * d;
-        float *k = K + r * s0 + hd * s1, *v = V + r * s0 + hd * s1;
-        std::copy(row + d + hd * dh, row + d + (hd + 1) * dh, k + step * s2);
-        std::copy(row + 2 * d + hd * dh, row + 2 * d + (hd + 1) * dh, v + step * s2);
-        attend_one(row + hd * dh, k, v, s2, step + 1, dh, nullptr, 0, A + r * d + hd * dh, scores.data());
+        float *k = K + c * s0 + hd * s1, *v = V + c * s0 + hd * s1;
+        std::copy(row + d + hd * dh, row + d + (hd + 1) * dh, k + step * s2 + j * s3);
+        std::copy(row + 2 * d + hd * dh, row + 2 * d + (hd + 1) * dh, v + step * s2 + j * s3);
+        if (slots)  // key i: step i / group, slot i % group, where the mask row allows it
+          attend_one(row + hd * dh, k, v, s3, slot_keys, dh, slot_mask + c * m0 + j * m2, m3, A + r * d + hd * dh,
+                     scores.data());
+        else
+          attend_one(row + hd * dh, k, v, s2, step + 1, dh, nullptr, 0, A + r * d + hd * dh, scores.data());
       }
     });
     at::addmm_out(o, p[3], a, p[2]);
@@ -183,9 +204,9 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
     at::parallel_for(0, n * heads, 16, [&](int64_t begin, int64_t end) {
       std::vector<float> scores(src);
       for (int64_t i = begin; i < end; ++i) {
-        const int64_t r = i / heads, hd = i % heads;
-        attend_one(O + r * d + hd * dh, CK + r * c0 + hd * c1, CV + r * c0 + hd * c1, c2, src, dh,
-                   mask + r * mask_row, mask_key, A + r * d + hd * dh, scores.data());
+        const int64_t r = i / heads, hd = i % heads, c = r / group;
+        attend_one(O + r * d + hd * dh, CK + c * c0 + hd * c1, CV + c * c0 + hd * c1, c2, src, dh,
+                   mask + c * mask_row, mask_key, A + r * d + hd * dh, scores.data());
       }
     });
     at::addmm_out(o, p[9], a, p[8]);

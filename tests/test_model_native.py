@@ -15,6 +15,7 @@ from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
 from mt.decode import Translator
 from mt.model import build_model
+from mt.model.cache import DecoderCache
 from mt.model.native import NativeSteps, load_native, unsupported
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler to build the C++ step")
@@ -137,3 +138,29 @@ def test_packed_inference_models_decode_in_cpp_exactly_like_python_on_the_demo_t
     right = sum(text == ref for (text, _), ref in zip(texts[True], demo.references, strict=True))
     assert right > len(demo.sources) // 2  # a trained model
     assert texts[True] == texts[False]
+
+
+@torch.inference_mode()
+def test_row_mover_moves_rows_like_the_python_moves(native) -> None:
+    """A cache whose last rows fill the places of finished ones (``fill_from_the_end``): the C++ mover and
+    the Python moves leave the same buffers, every layer and store."""
+    model = random_model()
+    src = torch.randint(4, 64, (6, 5))
+    caches = {}
+    for use in (False, True):  # the Python step both times: only the moves differ
+        enc = model.encode(src, torch.zeros_like(src, dtype=torch.bool))
+        cache = DecoderCache(len(model.decoder.layers), native.move_rows if use else None)
+        for step in range(3):
+            model.decode(torch.full((6, 1), 4 + step), enc, cache)
+        cache.reorder(torch.tensor([0, 5, 2, 4]))  # rows 1 and 3 ended: 5 and 4 take their places
+        caches[use] = cache
+    for plain, moved in zip(caches[False].layers, caches[True].layers, strict=True):
+        assert torch.equal(plain.self_attn.view()[0], moved.self_attn.view()[0])
+        assert torch.equal(plain.self_attn.view()[1], moved.self_attn.view()[1])
+        assert torch.equal(plain.cross_k, moved.cross_k) and torch.equal(plain.cross_v, moved.cross_v)
+
+
+def test_row_mover_refuses_rows_out_of_range(native) -> None:
+    store = torch.zeros(3, 2, 4, 8)
+    with pytest.raises(RuntimeError, match="row index out of range"):
+        native.move_rows([store], [4], torch.tensor([0]), torch.tensor([3]))

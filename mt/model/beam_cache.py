@@ -31,6 +31,7 @@ from mt.model.cache import (
     DecoderCache,
     EncoderOut,
     LayerStep,
+    RowMover,
     additive_mask,
     check_index,
     is_identity,
@@ -41,11 +42,11 @@ from mt.model.cache import (
 class BeamCache:
     """Beam search's decoding state over sentences x ``beams_per_sentence`` rows (see module doc)."""
 
-    def __init__(self, n_layers: int, beams_per_sentence: int) -> None:
+    def __init__(self, n_layers: int, beams_per_sentence: int, move_rows: RowMover | None = None) -> None:
         if beams_per_sentence < 1:
             raise ValueError(f"beams_per_sentence must be >= 1, got {beams_per_sentence}")
         self.beams_per_sentence = beams_per_sentence
-        self.store = DecoderCache(n_layers)  # one row per sentence; slots of its buffers = beams
+        self.store = DecoderCache(n_layers, move_rows)  # one row per sentence; slots of its buffers = beams
         self.beams: int | None = None  # decoder rows per sentence now (1 or K); None before the first call
         self.slots: Tensor | None = None  # (rows, length) the slot each row reads at each step (beams > 1)
         self.seen: Tensor | None = None  # (rows, length * beams) the additive mask row of each row's last step

@@ -231,8 +231,9 @@ class DecodingState(Protocol):
 class DecoderCache:
     """The plain decoding state (greedy, sampling, tests): decoder row i reads buffer row i."""
 
-    def __init__(self, n_layers: int) -> None:
+    def __init__(self, n_layers: int, move_rows: RowMover | None = None) -> None:
         self.layers = [LayerKV() for _ in range(n_layers)]
+        self.move_rows = move_rows  # the C++ step's row mover (``mt.model.native``): few rows moved in one call
         self.src_pad_mask: Tensor | None = None  # (rows, S), kept from the first call
         self._source_bias: Tensor | None = None  # src_pad_mask as an additive mask, made once per reorder
         self.row_lengths: Tensor | None = None  # (rows,) steps of each row once ragged; None: all ``length``
@@ -321,14 +322,38 @@ class DecoderCache:
             for layer in self.layers:
                 layer.self_attn.length = min(layer.self_attn.length, longest)
         moves = row_moves(index, self.rows) if self.rows is not None else None  # once for every buffer
-        for layer in self.layers:
-            layer.select_rows_(index, moves)
+        if moves is not None and self.move_rows is not None:
+            self.move_stores_(index.numel(), moves, self.move_rows)
+        else:
+            for layer in self.layers:
+                layer.select_rows_(index, moves)
         if self.src_pad_mask is not None:
             left = index.numel() < self.src_pad_mask.size(0)
             self.src_pad_mask = self.src_pad_mask.index_select(0, index)
             self._source_bias = None
             if left:
                 self.narrow_source()
+
+    def move_stores_(self, rows: int, moves: RowMoves, move_rows: RowMover) -> None:
+        """``LayerKV.select_rows_`` of every layer with ``moves``, as one call of ``move_rows``: the moved
+        rows' valid steps (self-attention) and source steps, then every buffer keeps its first ``rows``."""
+        stores, steps = [], []
+        for layer in self.layers:
+            buffer = layer.self_attn
+            if buffer.keys is not None and buffer.values is not None:
+                stores += [buffer.keys, buffer.values]
+                steps += [buffer.length] * 2
+            if layer.cross_k is not None and layer.cross_v is not None:
+                stores += [layer.cross_k, layer.cross_v]
+                steps += [layer.cross_k.size(2)] * 2
+        if moves.to.numel():
+            move_rows(stores, steps, moves.to, moves.source)
+        for layer in self.layers:
+            buffer = layer.self_attn
+            if buffer.keys is not None and buffer.values is not None:
+                buffer.keys, buffer.values = buffer.keys[:rows], buffer.values[:rows]
+            if layer.cross_k is not None and layer.cross_v is not None:
+                layer.cross_k, layer.cross_v = layer.cross_k[:rows], layer.cross_v[:rows]
 
     def narrow_source(self) -> None:
         """Drop the source steps that are padding in every row (rows with the longest sources left):
@@ -352,6 +377,9 @@ def check_index(index: Tensor, rows: int | None, what: str) -> None:
 
 def is_identity(index: Tensor, rows: int) -> bool:
     return index.numel() == rows and torch.equal(index, torch.arange(rows, device=index.device))
+
+
+RowMover = Callable[[list[Tensor], list[int], Tensor, Tensor], None]  # (stores, steps, to, source): in place
 
 
 class RowMoves(NamedTuple):

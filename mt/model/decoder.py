@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mt.model.cache import DecoderCache, DecodingState, EncoderOut
+from mt.model.cache import DecoderCache, DecodingState, EncoderOut, RowMover
 from mt.model.embedding import TransformerEmbedding
 from mt.model.layers import DecoderLayer
 from mt.model.native import NativeSteps, load_native, unsupported
@@ -62,8 +62,13 @@ class Decoder(nn.Module):
         """The output projection (V, D): the target token embedding."""
         return self.embedding.token.weight
 
+    @property
+    def row_mover(self) -> RowMover | None:
+        """The C++ step's row mover for this decoder's caches (None: the Python moves)."""
+        return self.native.move_rows if self.native is not None else None
+
     def new_cache(self) -> DecoderCache:
-        return DecoderCache(len(self.layers))
+        return DecoderCache(len(self.layers), self.row_mover)
 
     def source_keys(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Every layer's encoder-decoder keys and values (B, Hkv, S, Dh) of ``memory`` (B, S, D), for

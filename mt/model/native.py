@@ -91,6 +91,7 @@ class NativeSteps:
                 bias = getattr(module, "bias", None)
                 tensors += [module.weight.detach(), bias.detach() if bias is not None else torch.empty(0)]
         self.native = native
+        self.move_rows = native.move_rows  # ``DecoderCache.move_rows``: a cache's row moves in one call
         self.weights = native.prepare(tensors)
         first = decoder.layers[0]
         self.heads = first.self_attn.heads

@@ -305,7 +305,44 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   return xs.view({n, 1, d});
 }
 
+// A cache's row moves (mt.model.cache.select_rows_ with few rows moving) for all its stores in one call: in each
+// store (rows, H, S, ...; float32, dims 2.. contiguous), rows to[m] take the first steps[i] entries of dim 2 of
+// rows source[m], every head. All sources are read before any row is written.
+void move_rows(const std::vector<Tensor>& stores, const std::vector<int64_t>& steps, const Tensor& to,
+               const Tensor& source) {
+  TORCH_CHECK(stores.size() == steps.size(), "one step count a store");
+  TORCH_CHECK(to.scalar_type() == at::kLong && source.scalar_type() == at::kLong && to.numel() == source.numel(),
+              "to, source: int64, as many");
+  const Tensor to_c = to.contiguous(), source_c = source.contiguous();
+  const int64_t* dst = to_c.data_ptr<int64_t>();
+  const int64_t* src = source_c.data_ptr<int64_t>();
+  const int64_t moves = to.numel();
+  std::vector<float> held;
+  for (size_t i = 0; i < stores.size(); ++i) {
+    const Tensor& t = stores[i];
+    TORCH_CHECK(t.scalar_type() == at::kFloat && t.dim() >= 3 && steps[i] <= t.size(2), "store ", i,
+                ": float32 (rows, H, S, ...) with at least the steps moved");
+    int64_t inner = 1;
+    for (int64_t d = t.dim() - 1; d >= 2; --d) {
+      TORCH_CHECK(t.stride(d) == inner, "store ", i, ": dims 2.. must be contiguous");
+      inner *= t.size(d);
+    }
+    const int64_t heads = t.size(1), block = steps[i] * t.stride(2), rows = t.size(0);
+    float* base = t.data_ptr<float>();
+    held.resize(moves * heads * block);
+    for (int64_t m = 0; m < moves; ++m) {
+      TORCH_CHECK(0 <= src[m] && src[m] < rows && 0 <= dst[m] && dst[m] < rows, "row index out of range");
+      for (int64_t h = 0; h < heads; ++h)
+        std::copy_n(base + src[m] * t.stride(0) + h * t.stride(1), block, held.data() + (m * heads + h) * block);
+    }
+    for (int64_t m = 0; m < moves; ++m)
+      for (int64_t h = 0; h < heads; ++h)
+        std::copy_n(held.data() + (m * heads + h) * block, block, base + dst[m] * t.stride(0) + h * t.stride(1));
+  }
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("move_rows", &move_rows, "a cache's few row moves, every store in one call");
   m.def("prepare", &prepare, "the layers' tensors made ready for decoder_step");
   m.def("decoder_step", &decoder_step, "one cached step of every decoder layer");
 }

@@ -57,7 +57,7 @@ class Seq2SeqTransformer(nn.Module):
         row), or with ``beams_per_sentence`` a ``BeamCache`` for beam search (see mt.model.beam_cache)."""
         if beams_per_sentence is None:
             return self.decoder.new_cache()
-        return BeamCache(len(self.decoder.layers), beams_per_sentence)
+        return BeamCache(len(self.decoder.layers), beams_per_sentence, self.decoder.row_mover)
 
     def cross_attention_weights(
         self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor, layer: int = -1

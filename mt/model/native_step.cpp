@@ -31,21 +31,22 @@ namespace {
 
 constexpr int kPerLayer = 18;  // qkv w, b; out w, b; norm 1 w, b; q w, b; out w, b; norm 2; fc1 w, b; fc2 w, b; norm 3
 
-// exp(x) for x <= 0 (scores minus their maximum), written so that loops over it vectorise: 2^(x / ln 2) as a
-// power of two times a degree-6 polynomial of the fraction (relative error ~2e-7); 0 below -87.3 (and at -inf).
+// exp(x) for x <= 0 (scores minus their maximum), written so that loops over it vectorise: 2^n e^r with
+// x = n ln 2 + r, |r| <= ln 2 / 2, and Cephes' degree-7 polynomial for e^r (relative error ~1e-7); 0 below -87.3
+// (and at -inf).
 inline float exp_nonpositive(float x) {
   const float clamped = std::max(x, -87.3f);
-  const float t = clamped * 1.44269504088896341f;
-  const float whole = std::floor(t);
-  const float f = t - whole;  // [0, 1)
-  float p = 1.535336188319500e-4f;
-  p = p * f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.0f;
-  int32_t bits = (static_cast<int32_t>(whole) + 127) << 23;
+  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+  float r = clamped - n * 0.693359375f;  // ln 2 in two parts, for an exact first product
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return x < -87.3f ? 0.f : p * scale;

@@ -238,7 +238,8 @@ def load_for_inference(
     if pack:
         pack_linears_(model, PACKED_DTYPES[precision])
         if native and torch.device(device).type == "cpu":
-            model.decoder.use_native()  # a model it does not cover keeps the Python step
+            model.encoder.use_native()  # a model it does not cover keeps the Python layers
+            model.decoder.use_native()
     return model, tokenizers, cfg
 
 

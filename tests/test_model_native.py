@@ -164,3 +164,27 @@ def test_row_mover_refuses_rows_out_of_range(native) -> None:
     store = torch.zeros(3, 2, 4, 8)
     with pytest.raises(RuntimeError, match="row index out of range"):
         native.move_rows([store], [4], torch.tensor([0]), torch.tensor([3]))
+
+
+@pytest.mark.parametrize("options", COVERED, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "paper")
+@torch.inference_mode()
+def test_cpp_encoder_encodes_like_the_python_layers(native, options: dict) -> None:
+    """3 sentences, two with padding: every position (padding included) within 1e-5 of the Python layers."""
+    model = random_model(**options)
+    src = torch.randint(4, 64, (3, 9))
+    pad = torch.zeros_like(src, dtype=torch.bool)
+    pad[1, 6:] = True
+    pad[2, 2:] = True
+    plain = model.encode(src, pad).out
+    assert model.encoder.use_native() is None
+    fast = model.encode(src, pad).out
+    assert torch.allclose(fast, plain, atol=1e-5, rtol=0)
+    with torch.enable_grad():  # autograd: the Python layers
+        assert not model.encoder.native.takes(torch.zeros(1, 1, 32))
+
+
+@pytest.mark.parametrize(("options", "named"), NOT_COVERED[:2], ids=["rope", "qk_norm"])
+def test_encoder_options_the_cpp_code_does_not_cover_are_named(options: dict, named: str) -> None:
+    model = random_model(**options)
+    assert named in model.encoder.use_native()
+    assert model.encoder.native is None

@@ -6,6 +6,7 @@ from torch import Tensor, nn
 
 from mt.model.embedding import TransformerEmbedding
 from mt.model.layers import EncoderLayer
+from mt.model.native import NativeEncoder, load_native, unsupported
 
 
 class Encoder(nn.Module):
@@ -18,11 +19,25 @@ class Encoder(nn.Module):
         self.embedding = embedding
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
+        self.native: NativeEncoder | None = None  # ``use_native``: the layers in C++ at inference
+
+    def use_native(self) -> str | None:
+        """Run the layers in C++ (``mt.model.native``) at inference from now on, in eval mode. Returns why not
+        (and leaves the Python layers) when the C++ code does not cover this model or cannot be built."""
+        if (why := unsupported(self)) is not None:
+            return f"the C++ encoder does not cover {why}"
+        if (native := load_native()) is None:
+            return "the C++ code could not be built"
+        self.native = NativeEncoder(self, native)
+        return None
 
     def forward(self, src: Tensor, src_pad_mask: Tensor) -> Tensor:
         """src (B, S) token ids; src_pad_mask (B, S), True = padding -> (B, S, D)."""
-        mask = ~src_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
         x = self.embedding(src)  # (B, S, D)
-        for layer in self.layers:
-            x = layer(x, mask)
+        if self.native is not None and not self.training and self.native.takes(x):
+            x = self.native(x, src_pad_mask)
+        else:
+            mask = ~src_pad_mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
+            for layer in self.layers:
+                x = layer(x, mask)
         return x if self.final_norm is None else self.final_norm(x)

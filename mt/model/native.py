@@ -28,13 +28,20 @@ from torch import Tensor, nn
 from mt.model.cache import LayerStep
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
-LAYER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "cross_attn.q", "cross_attn.out",
-               "cross_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
+DECODER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "cross_attn.q", "cross_attn.out",
+                 "cross_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
+ENCODER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
 
 
-def unsupported(decoder: nn.Module) -> str | None:
-    """What of ``decoder`` (an ``mt.model.decoder.Decoder``) the C++ step does not cover (None: it covers it)."""
-    layer = decoder.layers[0]
+def parts_of(stack: nn.Module) -> tuple[str, ...]:
+    """The parts the C++ code reads of each layer of ``stack`` (an ``Encoder`` or a ``Decoder``)."""
+    return DECODER_PARTS if hasattr(stack.layers[0], "cross_attn") else ENCODER_PARTS
+
+
+def unsupported(stack: nn.Module) -> str | None:
+    """What of ``stack`` (an ``mt.model`` ``Encoder`` or ``Decoder``) the C++ code does not cover (None: it
+    covers it)."""
+    layer = stack.layers[0]
     attn = layer.self_attn
     checks = {
         "rotary positions": attn.rope is not None,
@@ -42,12 +49,33 @@ def unsupported(decoder: nn.Module) -> str | None:
         "grouped-query attention": not attn.fused,
         "an activation other than ReLU": type(layer.ffn.activation) is not nn.ReLU or layer.ffn.gate is not None,
     }
-    if attn.fused:  # the parts the C++ step reads exist
-        linears = [layer.get_submodule(name) for name in LAYER_PARTS if not name.endswith("norm")]
+    if attn.fused:  # the parts the C++ code reads exist
+        linears = [layer.get_submodule(name) for name in parts_of(stack) if not name.endswith("norm")]
         checks["packed or quantized linears"] = any(type(linear) is not nn.Linear for linear in linears)
         checks["weights other than float32"] = any(linear.weight.dtype != torch.float32 for linear in linears)
     found = [name for name, bad in checks.items() if bad]
     return ", ".join(found) or None
+
+
+class LayerWeights:
+    """The weights of a stack's layers made ready once for the C++ code (``prepare``), and the layers' shape."""
+
+    def __init__(self, stack: nn.Module, native) -> None:
+        if (why := unsupported(stack)) is not None:
+            raise ValueError(f"the C++ decoding step does not cover {why}")
+        tensors, transpose = [], []
+        for layer in stack.layers:
+            for name in parts_of(stack):
+                module = layer.get_submodule(name)
+                bias = getattr(module, "bias", None)
+                tensors += [module.weight.detach(), bias.detach() if bias is not None else torch.empty(0)]
+                transpose += [not name.endswith("norm"), False]
+        self.native = native
+        self.weights = native.prepare(tensors, transpose)
+        first = stack.layers[0]
+        self.heads = first.self_attn.heads
+        self.pre_ln = first.self_attn_res.pre_ln
+        self.eps = float(first.self_attn_res.norm.eps)
 
 
 @cache
@@ -78,25 +106,26 @@ def _cpu_tag() -> str:
     return hashlib.sha1((info + SOURCE.read_text()).encode()).hexdigest()[:12]
 
 
-class NativeSteps:
+class NativeEncoder(LayerWeights):
+    """Every encoder layer in C++, on ``encoder``'s weights (made ready once)."""
+
+    @staticmethod
+    def takes(x: Tensor) -> bool:
+        """Whether the C++ code runs this call: float32 on a CPU, without autograd."""
+        return x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled()
+
+    def __call__(self, x: Tensor, src_pad_mask: Tensor) -> Tensor:
+        """x (B, S, D) embedded; src_pad_mask (B, S), True = padding -> (B, S, D), before any final norm."""
+        bias = torch.zeros(src_pad_mask.shape).masked_fill_(src_pad_mask, float("-inf"))  # (B, S)
+        return self.native.encoder_layers(x.contiguous(), self.weights, bias, self.heads, self.pre_ln, self.eps)
+
+
+class NativeSteps(LayerWeights):
     """The decoder layers of a cached one-token step, in C++, on ``decoder``'s weights (made ready once)."""
 
     def __init__(self, decoder: nn.Module, native) -> None:
-        if (why := unsupported(decoder)) is not None:
-            raise ValueError(f"the C++ decoding step does not cover {why}")
-        tensors = []
-        for layer in decoder.layers:
-            for name in LAYER_PARTS:
-                module = layer.get_submodule(name)
-                bias = getattr(module, "bias", None)
-                tensors += [module.weight.detach(), bias.detach() if bias is not None else torch.empty(0)]
-        self.native = native
+        super().__init__(decoder, native)
         self.move_rows = native.move_rows  # ``DecoderCache.move_rows``: a cache's row moves in one call
-        self.weights = native.prepare(tensors)
-        first = decoder.layers[0]
-        self.heads = first.self_attn.heads
-        self.pre_ln = first.self_attn_res.pre_ln
-        self.eps = float(first.self_attn_res.norm.eps)
 
     @staticmethod
     def takes(x: Tensor, steps: list[LayerStep]) -> bool:
@@ -107,6 +136,7 @@ class NativeSteps:
             x.size(1) == 1
             and x.dtype == torch.float32
             and x.device.type == "cpu"
+            and not torch.is_grad_enabled()
             and first.kv.cross_k is not None
             and first.kv.self_attn.keys is not None
             and (first.group == 1 or first.self_mask is not None)

@@ -174,22 +174,77 @@ void check_kv(const Tensor& t, const char* what) {
 
 }  // namespace
 
-// The layers' tensors made ready once: each linear's weight transposed to (in, out) and contiguous; biases and
-// norm parameters contiguous (an undefined or empty norm shift: RMSNorm).
-std::vector<Tensor> prepare(const std::vector<Tensor>& w) {
-  TORCH_CHECK(w.size() % kPerLayer == 0, "expected ", kPerLayer, " tensors a layer");
+// The layers' tensors made ready once: the linears' weights (transpose[i]) transposed to (in, out) and
+// contiguous; biases and norm parameters contiguous (an undefined or empty norm shift: RMSNorm).
+std::vector<Tensor> prepare(const std::vector<Tensor>& w, const std::vector<bool>& transpose) {
+  TORCH_CHECK(w.size() == transpose.size(), "one transpose flag a tensor");
   std::vector<Tensor> out;
   for (size_t i = 0; i < w.size(); ++i) {
-    const int part = i % kPerLayer;
-    const bool linear_weight = part % 2 == 0 && part != 4 && part != 10 && part != 16;
     if (!w[i].defined() || w[i].numel() == 0) {
       out.push_back(at::empty({0}, at::kFloat));
       continue;
     }
     TORCH_CHECK(w[i].scalar_type() == at::kFloat, "the native step takes float32 weights");
-    out.push_back(linear_weight ? w[i].t().contiguous() : w[i].contiguous());
+    out.push_back(transpose[i] ? w[i].t().contiguous() : w[i].contiguous());
   }
   return out;
+}
+
+// The encoder's layers (EncoderLayer.forward in inference): x (B, S, D) embedded; w: prepare()'s tensors, 12 a
+// layer (qkv w, b; out w, b; norm 1 w, b; fc1 w, b; fc2 w, b; norm 2 w, b); pad_bias (B, S) additive (0, or -inf
+// at padding). -> (B, S, D), before any final norm. Every position attends to its sentence's tokens.
+Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tensor& pad_bias, int64_t heads,
+                      bool pre_ln, double eps) {
+  constexpr int64_t kEncoderPerLayer = 12;
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 3, "x: float32 (B, S, D)");
+  TORCH_CHECK(w.size() % kEncoderPerLayer == 0, "12 tensors a layer");
+  const int64_t b = x.size(0), len = x.size(1), d = x.size(2), n = b * len, dh = d / heads;
+  const int64_t layers = w.size() / kEncoderPerLayer, d_ff = w[6].size(1);
+  const Tensor bias = pad_bias.to(at::kFloat).contiguous();
+  TORCH_CHECK(bias.size(0) == b && bias.size(1) == len, "pad_bias: (B, S)");
+  const auto opts = x.options();
+  Tensor xs = x.reshape({n, d}).clone();  // (B*S, D) the residual stream
+  Tensor h = at::empty({n, d}, opts), qkv = at::empty({n, 3 * d}, opts), a = at::empty({n, d}, opts);
+  Tensor o = at::empty({n, d}, opts), f = at::empty({n, d_ff}, opts);
+  float *X = xs.data_ptr<float>(), *Hp = h.data_ptr<float>(), *QKV = qkv.data_ptr<float>();
+  float *A = a.data_ptr<float>(), *O = o.data_ptr<float>(), *F = f.data_ptr<float>();
+  const float* B = bias.data_ptr<float>();
+  std::vector<float> tmp(d);
+  auto sublayer_input = [&](const Norm& norm) {
+    for (int64_t r = 0; r < n; ++r) {
+      if (pre_ln) norm.apply(X + r * d, nullptr, Hp + r * d, d, tmp.data());
+      else std::copy(X + r * d, X + (r + 1) * d, Hp + r * d);
+    }
+  };
+  auto close = [&](const Norm& norm) {
+    for (int64_t r = 0; r < n; ++r) {
+      if (pre_ln) for (int64_t i = 0; i < d; ++i) X[r * d + i] += O[r * d + i];
+      else norm.apply(X + r * d, O + r * d, X + r * d, d, tmp.data());
+    }
+  };
+  for (int64_t l = 0; l < layers; ++l) {
+    const Tensor* p = &w[kEncoderPerLayer * l];
+    const Norm norm1 = norm_of(p + 4, eps), norm2 = norm_of(p + 10, eps);
+    sublayer_input(norm1);
+    at::addmm_out(qkv, p[1], h, p[0]);  // (B*S, 3D)
+    at::parallel_for(0, n * heads, 16, [&](int64_t begin, int64_t end) {
+      Scratch scratch(len);
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t r = i / heads, hd = i % heads, sentence = r / len;
+        const float* keys = QKV + sentence * len * 3 * d + d + hd * dh;  // position 0's key; a row of 3D each
+        attend_one(QKV + r * 3 * d + hd * dh, keys, keys + d, 3 * d, len, dh, B + sentence * len, 1,
+                   A + r * d + hd * dh, scratch);
+      }
+    });
+    at::addmm_out(o, p[3], a, p[2]);
+    close(norm1);
+    sublayer_input(norm2);
+    at::addmm_out(f, p[7], h, p[6]);  // (B*S, d_ff)
+    for (int64_t i = 0; i < n * d_ff; ++i) F[i] = std::max(F[i], 0.f);
+    at::addmm_out(o, p[9], f, p[8]);
+    close(norm2);
+  }
+  return xs.view({b, len, d});
 }
 
 // x (N, 1, D): the embedded new tokens, N = cache rows x group; w: prepare()'s tensors; self_k / self_v: each
@@ -346,4 +401,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("move_rows", &move_rows, "a cache's few row moves, every store in one call");
   m.def("prepare", &prepare, "the layers' tensors made ready for decoder_step");
   m.def("decoder_step", &decoder_step, "one cached step of every decoder layer");
+  m.def("encoder_layers", &encoder_layers, "every encoder layer");
 }

@@ -219,8 +219,9 @@ def load_for_inference(
     """Model (eval mode), tokenizers and typed config from a checkpoint, safely. ``pack``: the linears
     packed for a CPU model (``mt.model.packed_linear``; the state dict is unchanged), as float32 or, with
     ``precision="bf16"``, bfloat16 products (then ``bf16_supported()`` must hold), with ``"int8"`` int8
-    weights (``int8_supported()``); and, with ``native``, greedy decoding steps in C++ where the model is
-    one the C++ step covers (``mt.model.native``; a float32 model whose linears stay unpacked)."""
+    weights (``int8_supported()``); and, with ``native``, the encoder's layers and the decoder's cached steps
+    in C++ where the C++ code covers the model (``mt.model.native``: a float32 model whose linears stay
+    unpacked, none of rotary positions, qk-norm, grouped-query attention, SwiGLU or GELU)."""
     from mt.config import to_config
     from mt.model import build_model, pack_linears_
 

@@ -44,7 +44,6 @@ def unsupported(stack: nn.Module) -> str | None:
     layer = stack.layers[0]
     attn = layer.self_attn
     checks = {
-        "rotary positions": attn.rope is not None,
         "qk-norm": attn.q_norm is not None,
         "grouped-query attention": not attn.fused,
         "an activation other than ReLU": type(layer.ffn.activation) is not nn.ReLU or layer.ffn.gate is not None,
@@ -76,6 +75,13 @@ class LayerWeights:
         self.heads = first.self_attn.heads
         self.pre_ln = first.self_attn_res.pre_ln
         self.eps = float(first.self_attn_res.norm.eps)
+        rope = first.self_attn.rope  # its cos / sin tables (P, Dh / 2): the Python step's values
+        self.rope: tuple[Tensor | None, Tensor | None] = (rope.cos, rope.sin) if rope is not None else (None, None)
+
+    def rope_covers(self, positions: int) -> bool:
+        """Whether the rotary tables (if any) hold positions ``0 .. positions - 1``."""
+        cos = self.rope[0]
+        return cos is None or positions <= cos.size(0)
 
 
 @cache
@@ -109,15 +115,20 @@ def _cpu_tag() -> str:
 class NativeEncoder(LayerWeights):
     """Every encoder layer in C++, on ``encoder``'s weights (made ready once)."""
 
-    @staticmethod
-    def takes(x: Tensor) -> bool:
-        """Whether the C++ code runs this call: float32 on a CPU, without autograd."""
-        return x.dtype == torch.float32 and x.device.type == "cpu" and not torch.is_grad_enabled()
+    def takes(self, x: Tensor) -> bool:
+        """Whether the C++ code runs this call: float32 on a CPU, without autograd, within the rotary tables."""
+        return (
+            x.dtype == torch.float32
+            and x.device.type == "cpu"
+            and not torch.is_grad_enabled()
+            and self.rope_covers(x.size(1))
+        )
 
     def __call__(self, x: Tensor, src_pad_mask: Tensor) -> Tensor:
         """x (B, S, D) embedded; src_pad_mask (B, S), True = padding -> (B, S, D), before any final norm."""
         bias = torch.zeros(src_pad_mask.shape).masked_fill_(src_pad_mask, float("-inf"))  # (B, S)
-        return self.native.encoder_layers(x.contiguous(), self.weights, bias, self.heads, self.pre_ln, self.eps)
+        return self.native.encoder_layers(x.contiguous(), self.weights, bias, self.heads, self.pre_ln, self.eps,
+                                          *self.rope)
 
 
 class NativeSteps(LayerWeights):
@@ -127,10 +138,9 @@ class NativeSteps(LayerWeights):
         super().__init__(decoder, native)
         self.move_rows = native.move_rows  # ``DecoderCache.move_rows``: a cache's row moves in one call
 
-    @staticmethod
-    def takes(x: Tensor, steps: list[LayerStep]) -> bool:
+    def takes(self, x: Tensor, steps: list[LayerStep]) -> bool:
         """Whether this call is one the C++ step runs: float32 on a CPU, one token a row, every layer's source
-        keys and self-attention buffers already made (not a cache's first call)."""
+        keys and self-attention buffers already made (not a cache's first call), within the rotary tables."""
         first = steps[0]
         return (
             x.size(1) == 1
@@ -140,6 +150,7 @@ class NativeSteps(LayerWeights):
             and first.kv.cross_k is not None
             and first.kv.self_attn.keys is not None
             and (first.group == 1 or first.self_mask is not None)
+            and self.rope_covers(first.extent if first.at is not None else first.kv.self_attn.length + 1)
         )
 
     def __call__(self, x: Tensor, steps: list[LayerStep]) -> Tensor:
@@ -157,7 +168,7 @@ class NativeSteps(LayerWeights):
         out = self.native.decoder_step(
             x.contiguous(), self.weights, [b.keys for b in buffers], [b.values for b in buffers], at, first.group,
             first.self_mask if first.group > 1 else None, [s.kv.cross_k for s in steps],
-            [s.kv.cross_v for s in steps], first.source_mask, self.heads, self.pre_ln, self.eps,
+            [s.kv.cross_v for s in steps], first.source_mask, self.heads, self.pre_ln, self.eps, *self.rope,
         )
         for buffer in buffers:
             buffer.length = extent

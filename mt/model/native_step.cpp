@@ -7,9 +7,10 @@
 // step makes 6 operator calls a layer instead of ~58. Sums run in another order than ATen's, so hidden
 // states differ from the Python step's in the last bits (tested within 1e-4).
 //
-// Coverage (mt.model.native.unsupported names the rest): float32, fused QKV (kv_heads == heads), no RoPE or
-// qk-norm, ReLU. Cache rows hold `group` decoder rows each: 1 (greedy, sampling), or a beam store's beams,
-// one slot each (mt.model.beam_cache), whose self-attention mask says which slot of each step a beam reads.
+// Coverage (mt.model.native.unsupported names the rest): float32, fused QKV (kv_heads == heads), no qk-norm,
+// ReLU, with or without rotary positions. Cache rows hold `group` decoder rows each: 1 (greedy, sampling), or a
+// beam store's beams, one slot each (mt.model.beam_cache), whose self-attention mask says which slot of each step
+// a beam reads. The encoder's layers run the same way (encoder_layers).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <pybind11/stl.h>
@@ -168,6 +169,33 @@ Norm norm_of(const Tensor* p, double eps) {
           static_cast<float>(eps)};
 }
 
+// Rotary positions (mt.model.rope): x (dh) at `position`, rotated in place as [x1 cos - x2 sin | x2 cos + x1 sin]
+// with the model's tables cos, sin (P, dh / 2) (nullptr: no rotary positions).
+struct Rope {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int64_t positions = 0;
+
+  void rotate(float* x, int64_t position, int64_t dh) const {
+    const int64_t half = dh / 2;
+    const float *c = cos + position * half, *s = sin + position * half;
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = x[i], x2 = x[i + half];
+      x[i] = x1 * c[i] - x2 * s[i];
+      x[i + half] = x2 * c[i] + x1 * s[i];
+    }
+  }
+};
+
+Rope rope_of(const c10::optional<Tensor>& cos, const c10::optional<Tensor>& sin, int64_t dh) {
+  if (!cos.has_value()) return {};
+  TORCH_CHECK(sin.has_value() && cos->scalar_type() == at::kFloat && sin->scalar_type() == at::kFloat &&
+                  cos->is_contiguous() && sin->is_contiguous() && cos->dim() == 2 && cos->size(1) * 2 == dh &&
+                  cos->sizes() == sin->sizes(),
+              "rope tables: contiguous float32 (P, Dh / 2), cos and sin");
+  return {cos->data_ptr<float>(), sin->data_ptr<float>(), cos->size(0)};
+}
+
 void check_kv(const Tensor& t, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.stride(-1) == 1, what, ": float32 with contiguous head vectors");
 }
@@ -194,7 +222,8 @@ std::vector<Tensor> prepare(const std::vector<Tensor>& w, const std::vector<bool
 // layer (qkv w, b; out w, b; norm 1 w, b; fc1 w, b; fc2 w, b; norm 2 w, b); pad_bias (B, S) additive (0, or -inf
 // at padding). -> (B, S, D), before any final norm. Every position attends to its sentence's tokens.
 Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tensor& pad_bias, int64_t heads,
-                      bool pre_ln, double eps) {
+                      bool pre_ln, double eps, const c10::optional<Tensor>& rope_cos,
+                      const c10::optional<Tensor>& rope_sin) {
   constexpr int64_t kEncoderPerLayer = 12;
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 3, "x: float32 (B, S, D)");
   TORCH_CHECK(w.size() % kEncoderPerLayer == 0, "12 tensors a layer");
@@ -202,6 +231,8 @@ Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tenso
   const int64_t layers = w.size() / kEncoderPerLayer, d_ff = w[6].size(1);
   const Tensor bias = pad_bias.to(at::kFloat).contiguous();
   TORCH_CHECK(bias.size(0) == b && bias.size(1) == len, "pad_bias: (B, S)");
+  const Rope rope = rope_of(rope_cos, rope_sin, dh);
+  TORCH_CHECK(!rope.cos || len <= rope.positions, "rope tables shorter than the source");
   const auto opts = x.options();
   Tensor xs = x.reshape({n, d}).clone();  // (B*S, D) the residual stream
   Tensor h = at::empty({n, d}, opts), qkv = at::empty({n, 3 * d}, opts), a = at::empty({n, d}, opts);
@@ -227,6 +258,14 @@ Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tenso
     const Norm norm1 = norm_of(p + 4, eps), norm2 = norm_of(p + 10, eps);
     sublayer_input(norm1);
     at::addmm_out(qkv, p[1], h, p[0]);  // (B*S, 3D)
+    if (rope.cos)  // every query and key at its position, before any query reads the keys
+      at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r)
+          for (int64_t hd = 0; hd < heads; ++hd) {
+            rope.rotate(QKV + r * 3 * d + hd * dh, r % len, dh);
+            rope.rotate(QKV + r * 3 * d + d + hd * dh, r % len, dh);
+          }
+      });
     at::parallel_for(0, n * heads, 16, [&](int64_t begin, int64_t end) {
       Scratch scratch(len);
       for (int64_t i = begin; i < end; ++i) {
@@ -257,7 +296,7 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
                     const std::vector<Tensor>& self_v, const Tensor& at, int64_t group,
                     const c10::optional<Tensor>& self_mask, const std::vector<Tensor>& cross_k,
                     const std::vector<Tensor>& cross_v, const Tensor& source_mask, int64_t heads, bool pre_ln,
-                    double eps) {
+                    double eps, const c10::optional<Tensor>& rope_cos, const c10::optional<Tensor>& rope_sin) {
   const int64_t n = x.size(0), d = x.size(2), dh = d / heads, layers = self_k.size();
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.size(1) == 1, "x: float32 (N, 1, D)");
   TORCH_CHECK(group >= 1 && n % group == 0, "rows: cache rows x group");
@@ -265,6 +304,7 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   TORCH_CHECK(at.scalar_type() == at::kLong && at.numel() == n / group, "at: int64, one a cache row");
   TORCH_CHECK(source_mask.scalar_type() == at::kFloat, "source_mask: float32");
   const bool slots = group > 1;
+  const Rope rope = rope_of(rope_cos, rope_sin, dh);
   TORCH_CHECK(!slots || (self_mask.has_value() && self_mask->scalar_type() == at::kFloat && self_mask->dim() == 4 &&
                          self_mask->size(2) == group && self_mask->size(3) % group == 0),
               "self_mask: float32 (N / group, 1, group, L * group) for a group of several rows");
@@ -286,6 +326,8 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   const int64_t m0 = slots ? self_mask->stride(0) : 0, m2 = slots ? self_mask->stride(2) : 0;
   const int64_t m3 = slots ? self_mask->stride(3) : 0;
   if (slots) most_keys = slot_keys;
+  TORCH_CHECK(!rope.cos || (slots ? most_keys / group : most_keys) <= rope.positions,
+              "rope tables shorter than the output");
 
   // Pre-LN: Hp = norm(X); Post-LN: Hp = X
   auto sublayer_input = [&](const Norm& norm) {
@@ -321,7 +363,11 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
       Scratch scratch(most_keys);
       for (int64_t i = begin; i < end; ++i) {
         const int64_t r = i / heads, hd = i % heads, c = r / group, j = r % group, step = steps[c];
-        const float* row = QKV + r * 3 * d;
+        float* row = QKV + r * 3 * d;
+        if (rope.cos) {  // this step's query and key at the row's position (the cached keys are rotated)
+          rope.rotate(row + hd * dh, step, dh);
+          rope.rotate(row + d + hd * dh, step, dh);
+        }
         float *k = K + c * s0 + hd * s1, *v = V + c * s0 + hd * s1;
         std::copy(row + d + hd * dh, row + d + (hd + 1) * dh, k + step * s2 + j * s3);
         std::copy(row + 2 * d + hd * dh, row + 2 * d + (hd + 1) * dh, v + step * s2 + j * s3);

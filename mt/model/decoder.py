@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from mt.model.cache import DecoderCache, DecodingState, EncoderOut, RowMover
 from mt.model.embedding import TransformerEmbedding
 from mt.model.layers import DecoderLayer
-from mt.model.native import NativeSteps, load_native, unsupported
+from mt.model.native import NativeSteps, build_native
 from mt.model.packed_linear import Packed, pack_weight, packed_linear
 
 
@@ -40,11 +40,10 @@ class Decoder(nn.Module):
     def use_native(self) -> str | None:
         """Run cached one-token steps in C++ (``mt.model.native``) from now on, in eval mode. Returns why
         not (and leaves the Python step) when the C++ step does not cover this model or cannot be built."""
-        if (why := unsupported(self)) is not None:
-            return f"the C++ decoding step does not cover {why}"
-        if (native := load_native()) is None:
-            return "the C++ decoding step could not be built"
-        self.native = NativeSteps(self, native)
+        made = build_native(self, NativeSteps)
+        if isinstance(made, str):
+            return made
+        self.native = made  # type: ignore[assignment]
         return None
 
     def pack_output(self, dtype: torch.dtype = torch.float32) -> None:

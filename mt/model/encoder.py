@@ -6,7 +6,7 @@ from torch import Tensor, nn
 
 from mt.model.embedding import TransformerEmbedding
 from mt.model.layers import EncoderLayer
-from mt.model.native import NativeEncoder, load_native, unsupported
+from mt.model.native import NativeEncoder, build_native
 
 
 class Encoder(nn.Module):
@@ -24,11 +24,10 @@ class Encoder(nn.Module):
     def use_native(self) -> str | None:
         """Run the layers in C++ (``mt.model.native``) at inference from now on, in eval mode. Returns why not
         (and leaves the Python layers) when the C++ code does not cover this model or cannot be built."""
-        if (why := unsupported(self)) is not None:
-            return f"the C++ encoder does not cover {why}"
-        if (native := load_native()) is None:
-            return "the C++ code could not be built"
-        self.native = NativeEncoder(self, native)
+        made = build_native(self, NativeEncoder)
+        if isinstance(made, str):
+            return made
+        self.native = made  # type: ignore[assignment]
         return None
 
     def forward(self, src: Tensor, src_pad_mask: Tensor) -> Tensor:

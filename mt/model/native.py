@@ -112,6 +112,16 @@ def _cpu_tag() -> str:
     return hashlib.sha1((info + SOURCE.read_text()).encode()).hexdigest()[:12]
 
 
+def build_native(stack: nn.Module, kind: type[LayerWeights]) -> LayerWeights | str:
+    """``kind`` (``NativeEncoder`` or ``NativeSteps``) made for ``stack``, or why not: options the C++ code does
+    not cover, or no build of it."""
+    if (why := unsupported(stack)) is not None:
+        return f"the C++ code does not cover {why}"
+    if (native := load_native()) is None:
+        return "the C++ code could not be built"
+    return kind(stack, native)
+
+
 class NativeEncoder(LayerWeights):
     """Every encoder layer in C++, on ``encoder``'s weights (made ready once)."""
 

@@ -196,6 +196,32 @@ Rope rope_of(const c10::optional<Tensor>& cos, const c10::optional<Tensor>& sin,
   return {cos->data_ptr<float>(), sin->data_ptr<float>(), cos->size(0)};
 }
 
+// The residual stream X (n, d) of a stack's rows around each sublayer, whose input is Hp and output O.
+struct Residuals {
+  float* X;
+  float* Hp;
+  const float* O;
+  int64_t n, d;
+  bool pre_ln;
+  std::vector<float> tmp;
+
+  // Pre-LN: Hp = norm(X); Post-LN: Hp = X
+  void sublayer_input(const Norm& norm) {
+    for (int64_t r = 0; r < n; ++r) {
+      if (pre_ln) norm.apply(X + r * d, nullptr, Hp + r * d, d, tmp.data());
+      else std::copy(X + r * d, X + (r + 1) * d, Hp + r * d);
+    }
+  }
+
+  // Pre-LN: X += O; Post-LN: X = norm(X + O)
+  void close(const Norm& norm) {
+    for (int64_t r = 0; r < n; ++r) {
+      if (pre_ln) for (int64_t i = 0; i < d; ++i) X[r * d + i] += O[r * d + i];
+      else norm.apply(X + r * d, O + r * d, X + r * d, d, tmp.data());
+    }
+  }
+};
+
 void check_kv(const Tensor& t, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.stride(-1) == 1, what, ": float32 with contiguous head vectors");
 }
@@ -240,23 +266,11 @@ Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tenso
   float *X = xs.data_ptr<float>(), *Hp = h.data_ptr<float>(), *QKV = qkv.data_ptr<float>();
   float *A = a.data_ptr<float>(), *O = o.data_ptr<float>(), *F = f.data_ptr<float>();
   const float* B = bias.data_ptr<float>();
-  std::vector<float> tmp(d);
-  auto sublayer_input = [&](const Norm& norm) {
-    for (int64_t r = 0; r < n; ++r) {
-      if (pre_ln) norm.apply(X + r * d, nullptr, Hp + r * d, d, tmp.data());
-      else std::copy(X + r * d, X + (r + 1) * d, Hp + r * d);
-    }
-  };
-  auto close = [&](const Norm& norm) {
-    for (int64_t r = 0; r < n; ++r) {
-      if (pre_ln) for (int64_t i = 0; i < d; ++i) X[r * d + i] += O[r * d + i];
-      else norm.apply(X + r * d, O + r * d, X + r * d, d, tmp.data());
-    }
-  };
+  Residuals res{X, Hp, O, n, d, pre_ln, std::vector<float>(d)};
   for (int64_t l = 0; l < layers; ++l) {
     const Tensor* p = &w[kEncoderPerLayer * l];
     const Norm norm1 = norm_of(p + 4, eps), norm2 = norm_of(p + 10, eps);
-    sublayer_input(norm1);
+    res.sublayer_input(norm1);
     at::addmm_out(qkv, p[1], h, p[0]);  // (B*S, 3D)
     if (rope.cos)  // every query and key at its position, before any query reads the keys
       at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
@@ -276,12 +290,12 @@ Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tenso
       }
     });
     at::addmm_out(o, p[3], a, p[2]);
-    close(norm1);
-    sublayer_input(norm2);
+    res.close(norm1);
+    res.sublayer_input(norm2);
     at::addmm_out(f, p[7], h, p[6]);  // (B*S, d_ff)
     for (int64_t i = 0; i < n * d_ff; ++i) F[i] = std::max(F[i], 0.f);
     at::addmm_out(o, p[9], f, p[8]);
-    close(norm2);
+    res.close(norm2);
   }
   return xs.view({b, len, d});
 }
@@ -318,7 +332,6 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   const int64_t* steps = at.contiguous().data_ptr<int64_t>();
   const float* mask = source_mask.data_ptr<float>();
   const int64_t mask_row = source_mask.stride(0), mask_key = source_mask.stride(3);
-  std::vector<float> tmp(d);
   int64_t most_keys = 0;  // keys a row may attend to: its steps (group 1), or every slot of L steps
   for (int64_t c = 0; c < n / group; ++c) most_keys = std::max(most_keys, steps[c] + 1);
   const float* slot_mask = slots ? self_mask->data_ptr<float>() : nullptr;
@@ -329,20 +342,7 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   TORCH_CHECK(!rope.cos || (slots ? most_keys / group : most_keys) <= rope.positions,
               "rope tables shorter than the output");
 
-  // Pre-LN: Hp = norm(X); Post-LN: Hp = X
-  auto sublayer_input = [&](const Norm& norm) {
-    for (int64_t r = 0; r < n; ++r) {
-      if (pre_ln) norm.apply(X + r * d, nullptr, Hp + r * d, d, tmp.data());
-      else std::copy(X + r * d, X + (r + 1) * d, Hp + r * d);
-    }
-  };
-  // Pre-LN: X += O; Post-LN: X = norm(X + O)
-  auto close = [&](const Norm& norm) {
-    for (int64_t r = 0; r < n; ++r) {
-      if (pre_ln) for (int64_t i = 0; i < d; ++i) X[r * d + i] += O[r * d + i];
-      else norm.apply(X + r * d, O + r * d, X + r * d, d, tmp.data());
-    }
-  };
+  Residuals res{X, Hp, O, n, d, pre_ln, std::vector<float>(d)};
 
   for (int64_t l = 0; l < layers; ++l) {
     const Tensor* p = &w[kPerLayer * l];
@@ -355,7 +355,7 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
     TORCH_CHECK(ck.strides() == cv.strides() && ck.size(2) == src, "source keys/values: the same layout");
 
     // self-attention: this step's keys and values into the cache, one query over the row's steps
-    sublayer_input(norm1);
+    res.sublayer_input(norm1);
     at::addmm_out(qkv, p[1], h, p[0]);  // (N, 3D)
     float *K = sk.data_ptr<float>(), *V = sv.data_ptr<float>();
     const int64_t s0 = sk.stride(0), s1 = sk.stride(1), s2 = sk.stride(2), s3 = sk.stride(3);
@@ -379,10 +379,10 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
       }
     });
     at::addmm_out(o, p[3], a, p[2]);
-    close(norm1);
+    res.close(norm1);
 
     // encoder-decoder attention over the source (O holds the queries)
-    sublayer_input(norm2);
+    res.sublayer_input(norm2);
     at::addmm_out(o, p[7], h, p[6]);
     const float *CK = ck.data_ptr<float>(), *CV = cv.data_ptr<float>();
     const int64_t c0 = ck.stride(0), c1 = ck.stride(1), c2 = ck.stride(2);
@@ -395,14 +395,14 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
       }
     });
     at::addmm_out(o, p[9], a, p[8]);
-    close(norm2);
+    res.close(norm2);
 
     // feed-forward
-    sublayer_input(norm3);
+    res.sublayer_input(norm3);
     at::addmm_out(f, p[13], h, p[12]);  // (N, d_ff)
     for (int64_t i = 0; i < n * d_ff; ++i) F[i] = std::max(F[i], 0.f);
     at::addmm_out(o, p[15], f, p[14]);
-    close(norm3);
+    res.close(norm3);
   }
   return xs.view({n, 1, d});
 }

@@ -188,3 +188,23 @@ def test_encoder_options_the_cpp_code_does_not_cover_are_named(options: dict, na
     model = random_model(**options)
     assert named in model.encoder.use_native()
     assert model.encoder.native is None
+
+
+def test_without_a_build_the_model_keeps_python_and_says_why(monkeypatch) -> None:
+    """No compiler (the build fails): a one-line warning, ``use_native`` says so, decoding stays in Python."""
+    import torch.utils.cpp_extension
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("Error building extension: c++: not found")
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", no_compiler)
+    load_native.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="could not be built .*not found.*Python"):
+            assert load_native() is None
+        model = random_model()
+        assert model.decoder.use_native() == "the C++ code could not be built"
+        assert model.encoder.use_native() == "the C++ code could not be built"
+        assert model.decoder.native is None and model.encoder.native is None
+    finally:
+        load_native.cache_clear()  # the next caller builds (or finds) the real extension

@@ -70,3 +70,26 @@ def script_with_siblings(name: str, siblings: tuple[str, ...]) -> Iterator[Modul
         sys.path.remove(str(SCRIPTS))
         for module in (name, *siblings):
             sys.modules.pop(module, None)
+
+
+def decode_beam_store(model, src, after_reorder=None) -> list:
+    """Beam search's decoding state through one fixed path: 3 sentences (``src`` (3, S), no padding) x 3 beams
+    fanned out, beams swapping and repeating within a sentence, the third sentence leaving, beams within
+    again; random tokens fed. Every decode call's logits; ``after_reorder(cache)`` runs after each reorder."""
+    import torch
+
+    reorders = [torch.arange(3).repeat_interleave(3), torch.tensor([2, 0, 0, 5, 3, 4, 6, 6, 6]),
+                torch.tensor([1, 1, 2, 3, 5, 5]), torch.tensor([2, 0, 1, 5, 5, 4])]  # fan out, within, drop, within
+    enc = model.encode(src, torch.zeros_like(src, dtype=torch.bool))
+    cache = model.new_cache(beams_per_sentence=3)
+    tokens, logits = torch.full((3, 1), 2), []
+    for step, keep in enumerate(reorders):
+        logits.append(model.decode(tokens, enc, cache))
+        cache.reorder(keep)
+        if step == 2:
+            enc.reorder(torch.tensor([0, 1]))  # the third sentence left
+        tokens = torch.randint(4, 64, (keep.numel(), 1), generator=torch.Generator().manual_seed(step))
+        if after_reorder is not None:
+            after_reorder(cache)
+    logits.append(model.decode(tokens, enc, cache))
+    return logits

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from export_helpers import demo_model
+from helpers import decode_beam_store
 
 from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
@@ -95,22 +96,13 @@ def test_kept_beam_mask_decodes_like_the_mask_rebuilt_from_the_slot_table() -> N
     torch.manual_seed(0)
     model = build_model(ModelConfig(encoder_layers=1, decoder_layers=2, d_model=32, d_ff=64, heads=4), 64, 64).eval()
     src = torch.randint(4, 64, (3, 6))
-    index = [torch.arange(3).repeat_interleave(3), torch.tensor([2, 0, 0, 5, 3, 4, 6, 6, 6]),
-             torch.tensor([1, 1, 2, 3, 5, 5]), torch.tensor([2, 0, 1, 5, 5, 4])]  # fan out, within, drop, within
     outputs = {}
     for rebuilt in (False, True):
-        enc = model.encode(src, torch.zeros_like(src, dtype=torch.bool))
-        cache = model.new_cache(beams_per_sentence=3)
-        assert isinstance(cache, BeamCache)
-        tokens, steps = torch.full((3, 1), 2), []
-        for step, keep in enumerate(index):
-            steps.append(model.decode(tokens, enc, cache))
-            cache.reorder(keep)
-            if step == 2:
-                enc.reorder(torch.tensor([0, 1]))  # the third sentence left
-            tokens = torch.randint(4, 64, (keep.numel(), 1), generator=torch.Generator().manual_seed(step))
+
+        def check_and_rebuild(cache, rebuilt=rebuilt) -> None:
+            assert isinstance(cache, BeamCache)
             if rebuilt:
                 cache.seen = None  # the next call builds its mask from the slot table
-        steps.append(model.decode(tokens, enc, cache))
-        outputs[rebuilt] = steps
+
+        outputs[rebuilt] = decode_beam_store(model, src, check_and_rebuild)
     assert all(torch.equal(a, b) for a, b in zip(outputs[False], outputs[True], strict=True))

@@ -10,6 +10,7 @@ import shutil
 import pytest
 import torch
 from export_helpers import demo_model, demo_sources, untrained_checkpoint
+from helpers import decode_beam_store
 
 from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
@@ -77,22 +78,10 @@ def test_cpp_step_decodes_beam_stores_like_the_python_step(native, options: dict
     repeating within a sentence, a sentence leaving; the same logits within 1e-4 at every step."""
     model = random_model(**options)
     src = torch.randint(4, 64, (3, 6))
-    index = [torch.arange(3).repeat_interleave(3), torch.tensor([2, 0, 0, 5, 3, 4, 6, 6, 6]),
-             torch.tensor([1, 1, 2, 3, 5, 5]), torch.tensor([2, 0, 1, 5, 5, 4])]  # fan out, within, drop, within
     logits = {}
     for use in (False, True):
         model.decoder.native = NativeSteps(model.decoder, native) if use else None
-        enc = model.encode(src, torch.zeros_like(src, dtype=torch.bool))
-        cache = model.new_cache(beams_per_sentence=3)
-        tokens, out = torch.full((3, 1), 2), []
-        for step, keep in enumerate(index):
-            out.append(model.decode(tokens, enc, cache))
-            cache.reorder(keep)
-            if step == 2:
-                enc.reorder(torch.tensor([0, 1]))  # the third sentence left
-            tokens = torch.randint(4, 64, (keep.numel(), 1), generator=torch.Generator().manual_seed(step))
-        out.append(model.decode(tokens, enc, cache))
-        logits[use] = out
+        logits[use] = decode_beam_store(model, src)
     for fast, plain in zip(logits[True], logits[False], strict=True):
         assert torch.allclose(fast, plain, atol=1e-4, rtol=0)
 

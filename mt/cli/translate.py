@@ -72,7 +72,7 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, list[
         torch.set_num_threads(args.threads)
     keep_freed_memory()  # the step's logits and caches are reused, not page-faulted in again every step
     model, tokenizers, cfg = load_models_for_inference(paths, device, pack=True, precision=args.precision,
-                                                       native=getattr(args, "native", "on") == "on")
+                                                       native=args.native == "on")
     decode = validate_group("decode", decode_config(cfg.decode, args))
     translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)
     return translator, cfg, paths
@@ -108,7 +108,7 @@ def load_translator_processes(
     if warning:
         print(f"mt-translate: warning: {warning}", file=sys.stderr)
     build = functools.partial(worker_translator, [str(path) for path in paths], args.precision, decode,
-                              getattr(args, "native", "on") == "on")
+                              args.native == "on")
     processes = DecodingProcesses(build, workers, threads).start()
     translator = Translator(None, tokenizers, decode, device, max_positions=cfg.model.max_positions,
                             processes=processes)

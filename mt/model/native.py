@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from mt.model.cache import LayerStep
+from mt.model.cache import LayerStep, additive_mask
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
 DECODER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "cross_attn.q", "cross_attn.out",
@@ -136,7 +136,7 @@ class NativeEncoder(LayerWeights):
 
     def __call__(self, x: Tensor, src_pad_mask: Tensor) -> Tensor:
         """x (B, S, D) embedded; src_pad_mask (B, S), True = padding -> (B, S, D), before any final norm."""
-        bias = torch.zeros(src_pad_mask.shape).masked_fill_(src_pad_mask, float("-inf"))  # (B, S)
+        bias = additive_mask(src_pad_mask, torch.float32)  # (B, S)
         return self.native.encoder_layers(x.contiguous(), self.weights, bias, self.heads, self.pre_ln, self.eps,
                                           *self.rope)
 

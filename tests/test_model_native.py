@@ -5,6 +5,7 @@ model and on random models), and the options and calls it leaves to Python."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 
 import pytest
@@ -15,6 +16,8 @@ from helpers import decode_beam_store
 from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
 from mt.decode import Translator
+from mt.decode.common import argmax_rows
+from mt.decode.greedy import decode_single_path
 from mt.model import build_model
 from mt.model.cache import DecoderCache
 from mt.model.native import NativeSteps, load_native, unsupported
@@ -84,6 +87,73 @@ def test_cpp_step_decodes_beam_stores_like_the_python_step(native, options: dict
         logits[use] = decode_beam_store(model, src)
     for fast, plain in zip(logits[True], logits[False], strict=True):
         assert torch.allclose(fast, plain, atol=1e-4, rtol=0)
+
+
+GREEDY_LIMITS = {  # per sentence: pieces at most, pieces before EOS is allowed; ids at or past vocab_size banned
+    "limits": dict(max_len=[3, 9, 14, 6], min_len=[0, 0, 0, 0], vocab_size=None),
+    "min_len": dict(max_len=[8, 8, 30, 5], min_len=[2, 8, 6, 5], vocab_size=None),
+    "vocab_size": dict(max_len=[12, 4, 9, 20], min_len=[1, 0, 0, 3], vocab_size=50),
+}
+
+
+def greedy_outputs(model, src, pad, scores: bool, native: bool, limits: dict) -> list[tuple[list[int], float]]:
+    heard: list[int] = []
+    found = decode_single_path(model, src, pad, argmax_rows, penalty="none", alpha=0.0, scores=scores, native=native,
+                               on_done=lambda done: heard.extend(sent for sent, _ in done), **limits)
+    assert sorted(heard) == list(range(src.size(0)))  # every sentence reported once
+    return [(hyps[0].tokens, hyps[0].score) for hyps in found]
+
+
+@pytest.mark.parametrize("limits", GREEDY_LIMITS.values(), ids=GREEDY_LIMITS.keys())
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+@pytest.mark.parametrize("options", COVERED, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "paper")
+@torch.inference_mode()
+def test_cpp_greedy_loop_decodes_like_the_python_loop(native, options: dict, packed: bool, limits: dict) -> None:
+    """A batch of 4 sentences (two with padding) decoded whole by the C++ greedy loop and by mt.decode.greedy's
+    Python loop over the C++ step: the same tokens (EOS forced at each sentence's limit, banned before its
+    minimum, no id at or past vocab_size), log-prob scores within float32 rounding, NaN without scores."""
+    model = random_model(seed=3, **options)
+    if packed:
+        model.decoder.pack_output()
+    model.decoder.native = NativeSteps(model.decoder, native)
+    src = torch.randint(4, 64, (4, 10), generator=torch.Generator().manual_seed(2))
+    pad = torch.zeros_like(src, dtype=torch.bool)
+    pad[1, 7:], pad[3, 4:] = True, True
+    enc = model.encode(src, pad)
+    assert model.native_greedy(enc, limits["max_len"], limits["min_len"], None, True, (0, 2, 3)) is not None
+    for scores in (True, False):
+        fast = greedy_outputs(model, src, pad, scores, native=True, limits=limits)
+        plain = greedy_outputs(model, src, pad, scores, native=False, limits=limits)
+        assert [tokens for tokens, _ in fast] == [tokens for tokens, _ in plain]
+        for (tokens, score), (_, reference), longest, shortest in zip(
+            fast, plain, limits["max_len"], limits["min_len"], strict=True
+        ):
+            assert shortest <= len(tokens) <= longest and 3 not in tokens
+            assert all(t not in (0, 2) and t < (limits["vocab_size"] or 64) for t in tokens)
+            if scores:
+                assert score == pytest.approx(reference, abs=1e-5)
+            else:
+                assert math.isnan(score) and math.isnan(reference)
+
+
+def test_cpp_greedy_loop_leaves_what_it_does_not_take_to_python(native) -> None:
+    """An output longer than the position table, training mode, autograd on: no C++ loop (None)."""
+    model = random_model(seed=4)
+    model.decoder.native = NativeSteps(model.decoder, native)
+    src = torch.randint(4, 64, (2, 5))
+    pad = torch.zeros_like(src, dtype=torch.bool)
+    with torch.inference_mode():
+        enc = model.encode(src, pad)
+        assert model.native_greedy(enc, [5, 5], [0, 0], None, False, (0, 2, 3)) is not None
+        too_long = model.decoder.embedding.positions.table.size(0)
+        assert model.native_greedy(enc, [too_long, 5], [0, 0], None, False, (0, 2, 3)) is None
+        model.train()
+        assert model.native_greedy(enc, [5, 5], [0, 0], None, False, (0, 2, 3)) is None
+    model.eval()
+    enc = model.encode(src, pad)
+    assert model.native_greedy(enc, [5, 5], [0, 0], None, False, (0, 2, 3)) is None  # autograd on
+    with torch.no_grad():
+        assert model.native_greedy(enc, [5, 5], [0, 0], None, False, (0, 2, 3)) is not None
 
 
 COVERED_OVERRIDES = [[], ["model.pre_ln=true"], ["model.pre_ln=true", "model.norm=rmsnorm"],

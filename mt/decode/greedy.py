@@ -21,7 +21,9 @@ from torch import Tensor
 
 from mt.config import DecodeConfig
 from mt.decode.common import (
+    BOS_ID,
     EOS_ID,
+    PAD_ID,
     DecodableModel,
     Hypothesis,
     argmax_rows,
@@ -35,7 +37,7 @@ from mt.decode.common import (
     start_tokens,
 )
 from mt.decode.length_penalty import check_penalty, length_penalty
-from mt.decode.refill import SentenceQueue, SentencesDone, joining_tokens
+from mt.decode.refill import EncodedRows, SentenceQueue, SentencesDone, joining_tokens
 
 # (B', V) float32 log-probs -> (B',) chosen token ids
 Chooser = Callable[[Tensor], Tensor]
@@ -55,6 +57,7 @@ def decode_single_path(
     live: list[int] | None = None,
     on_done: SentencesDone | None = None,
     scores: bool = True,
+    native: bool = False,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence of src (B, S), each next token picked by ``choose``.
 
@@ -65,13 +68,45 @@ def decode_single_path(
     log-probs, so no step computes a log-softmax over the vocabulary (CTranslate2 does the same without
     ``return_scores``); the largest entry is the same, as the log-softmax subtracts one constant from a
     row, unless float32 rounding makes the two largest log-probs equal. Scores and logprobs are NaN.
+    ``native`` (``choose`` picking the first largest entry): a model with a C++ greedy loop
+    (``Seq2SeqTransformer.native_greedy``) decodes each batch (``live[i]`` sentences) whole in it, no refill:
+    the same tokens, every step without Python.
     """
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     limits = _Limits(max_len, min_len, penalty, alpha, scores)
     queue = SentenceQueue(src, src_pad_mask, live)
     while queue:
-        _decode_rows(model, queue, choose, results, limits, vocab_size, on_done)
+        sentences = queue.take(0)
+        enc = queue.encoded(model.encode, sentences)
+        if native and _decode_native(model, enc, sentences, results, limits, vocab_size, on_done):
+            continue
+        _decode_rows(model, queue, sentences, enc, choose, results, limits, vocab_size, on_done)
     return results
+
+
+def _decode_native(
+    model: DecodableModel, enc: EncodedRows, sentences: list[int], results: list[list[Hypothesis]],
+    limits: _Limits, vocab_size: int | None, on_done: SentencesDone | None,
+) -> bool:
+    """Decode ``sentences`` (encoded as ``enc``) whole with the model's C++ greedy loop; False (nothing done)
+    where the model has none or it does not take them."""
+    search = getattr(model, "native_greedy", None)
+    if search is None:
+        return False
+    found = search(
+        enc, [limits.max_len[s] for s in sentences], [limits.min_len[s] for s in sentences], vocab_size,
+        limits.scores, (PAD_ID, BOS_ID, EOS_ID),
+    )
+    if found is None:
+        return False
+    done = [
+        (sent, [limits.hypothesis(pieces, logprob)]) for sent, pieces, logprob in zip(sentences, *found, strict=True)
+    ]
+    for sent, hyps in done:
+        results[sent] = hyps
+    if on_done is not None:
+        on_done(done)
+    return True
 
 
 @dataclass
@@ -140,15 +175,14 @@ class _Rows:
 
 
 def _decode_rows(
-    model: DecodableModel, queue: SentenceQueue, choose: Chooser, results: list[list[Hypothesis]],
-    limits: _Limits, vocab_size: int | None, on_done: SentencesDone | None,
+    model: DecodableModel, queue: SentenceQueue, sentences: list[int], enc: EncodedRows, choose: Chooser,
+    results: list[list[Hypothesis]], limits: _Limits, vocab_size: int | None, on_done: SentencesDone | None,
 ) -> None:
-    """Decode until every sentence taken from ``queue`` has ended; sentences join as others leave."""
-    sentences = queue.take(0)
+    """Decode ``sentences`` (taken from ``queue``, encoded as ``enc``) until every sentence taken has ended;
+    more sentences join from ``queue`` as others leave."""
     device = queue.src.device
     rows = _Rows.starting(sentences, 0, limits, device)
     ban_until = max(limits.min_len[s] for s in sentences)  # the step before which some row may not end
-    enc = queue.encoded(model.encode, sentences)
     cache = model.new_cache()
 
     for step in itertools.count():
@@ -207,14 +241,14 @@ def greedy_search(
     ``live``: continuous batching (``mt.decode.refill``); ``on_done``: sentences as soon as they end;
     ``scores=False``: the same tokens without the log-softmax, NaN scores (``decode_single_path``)."""
     return decode_with_config(
-        model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live, on_done, scores=scores
+        model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live, on_done, scores=scores, native=True
     )
 
 
 def decode_with_config(
     model: DecodableModel, src: Tensor, src_pad_mask: Tensor, choose: Chooser, cfg: DecodeConfig,
     max_positions: int | None, vocab_size: int | None, live: list[int] | None = None,
-    on_done: SentencesDone | None = None, *, scores: bool = True,
+    on_done: SentencesDone | None = None, *, scores: bool = True, native: bool = False,
 ) -> list[list[Hypothesis]]:
     """``decode_single_path`` with the limits and the penalty of ``cfg`` (greedy and sampling share it)."""
     check_penalty(cfg.length_penalty)
@@ -223,5 +257,5 @@ def decode_with_config(
         model, src, src_pad_mask, choose,
         max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
         penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size, live=live,
-        on_done=on_done, scores=scores,
+        on_done=on_done, scores=scores, native=native,
     )

@@ -25,9 +25,10 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from mt.model.cache import LayerStep, additive_mask
+from mt.model.cache import EncoderOut, LayerStep, additive_mask
 
-SOURCE = Path(__file__).with_name("native_step.cpp")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("native_step.cpp", "native_greedy.cpp"))
+HEADER = Path(__file__).with_name("native.h")
 DECODER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "cross_attn.q", "cross_attn.out",
                  "cross_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
 ENCODER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
@@ -93,7 +94,8 @@ def load_native():
         name = f"mt_native_step_{_cpu_tag()}"
         if not any(Path(_get_build_directory(name, verbose=False)).glob(f"{name}*.so")):
             print("building the C++ decoding step (once for this CPU, about 20 s) ...", file=sys.stderr, flush=True)
-        return load(name, [str(SOURCE)], extra_cflags=["-O3", "-march=native", "-fopenmp"], verbose=False)
+        return load(name, [str(source) for source in SOURCES], extra_cflags=["-O3", "-march=native", "-fopenmp"],
+                    extra_include_paths=[str(HEADER.parent)], verbose=False)
     except Exception as e:  # no compiler, no headers, an unknown flag: decode with the Python step
         warnings.warn(f"the C++ decoding step could not be built ({type(e).__name__}: {str(e)[:200]}); "
                       "decoding runs the Python step", stacklevel=2)
@@ -109,7 +111,8 @@ def _cpu_tag() -> str:
         info = "\n".join(sorted({line for line in lines if line.startswith(("model name", "flags"))}))
     except OSError:
         pass
-    return hashlib.sha1((info + SOURCE.read_text()).encode()).hexdigest()[:12]
+    code = "".join(path.read_text() for path in (*SOURCES, HEADER))
+    return hashlib.sha1((info + code).encode()).hexdigest()[:12]
 
 
 def build_native(stack: nn.Module, kind: type[LayerWeights]) -> LayerWeights | str:
@@ -183,3 +186,59 @@ class NativeSteps(LayerWeights):
         for buffer in buffers:
             buffer.length = extent
         return out
+
+    def greedy(
+        self, decoder: nn.Module, enc: EncoderOut, max_len: list[int], min_len: list[int], vocab_size: int | None,
+        scores: bool, special: tuple[int, int, int],
+    ) -> tuple[list[list[int]], list[float]] | None:
+        """Greedy search of every row of ``enc`` with each step in C++ (``native_greedy.cpp``): each sentence's
+        pieces (EOS excluded) and summed log-prob (0 without ``scores``); None where the C++ loop does not take
+        the call (``greedy_takes``). Arguments as ``mt.decode.greedy`` has them; ``special``: PAD, BOS, EOS."""
+        if not self.greedy_takes(decoder, enc, max(max_len, default=0) + 1):
+            return None
+        embedding, norm = decoder.embedding, decoder.final_norm
+        packed = decoder.output_packed is not None
+        cross = decoder.source_keys(enc.out)  # per layer (B, H, S, Dh), contiguous; the call overwrites them
+        tokens, lengths, logprob = self.native.greedy_decode(
+            self.weights, self.heads, self.pre_ln, self.eps, *self.rope, embedding.token.weight.detach(),
+            embedding.scale, positions_table(embedding.positions), *norm_parameters(norm),
+            decoder.output_packed if packed else decoder.output_weight.detach(), packed,
+            [k for k, _ in cross], [v for _, v in cross], additive_mask(enc.pad_mask, torch.float32)[:, None, None, :],
+            torch.tensor(max_len), torch.tensor(min_len), -1 if vocab_size is None else vocab_size, scores,
+            list(special),
+        )
+        pieces = [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist(), strict=True)]
+        return pieces, logprob.tolist()
+
+    def greedy_takes(self, decoder: nn.Module, enc: EncoderOut, steps: int) -> bool:
+        """Whether the C++ greedy loop runs a search of ``steps`` steps at most: float32 on a CPU, in eval mode
+        without autograd, a float32 output projection, position tables covering the steps."""
+        packed = decoder.output_packed
+        table = positions_table(decoder.embedding.positions)
+        return (
+            enc.out.dtype == torch.float32
+            and enc.out.device.type == "cpu"
+            and not torch.is_grad_enabled()
+            and not decoder.training
+            and decoder.fast_steps
+            and decoder.embedding.token.weight.dtype == torch.float32
+            and (packed is None or (isinstance(packed, Tensor) and packed.dtype == torch.float32))
+            and (table is None or table.size(0) >= steps)
+            and self.rope_covers(steps)
+        )
+
+
+def positions_table(positions: nn.Module | None) -> Tensor | None:
+    """The (P, D) table an embedding adds for positions 0 .. P - 1 (sinusoidal or learned), None without one."""
+    if positions is None:
+        return None
+    table = positions.table if hasattr(positions, "table") else positions.embedding.weight
+    return table.detach()
+
+
+def norm_parameters(norm: nn.Module | None) -> tuple[Tensor | None, Tensor | None, float]:
+    """A final norm's gain, shift (None: RMSNorm) and eps; (None, None, 0) without a final norm (Post-LN)."""
+    if norm is None:
+        return None, None, 0.0
+    shift = getattr(norm, "bias", None)
+    return norm.weight.detach(), None if shift is None else shift.detach(), float(norm.eps)

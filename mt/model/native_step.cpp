@@ -26,6 +26,8 @@
 #include <limits>
 #include <vector>
 
+#include "native.h"
+
 using at::Tensor;
 
 namespace {
@@ -448,4 +450,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("prepare", &prepare, "the layers' tensors made ready for decoder_step");
   m.def("decoder_step", &decoder_step, "one cached step of every decoder layer");
   m.def("encoder_layers", &encoder_layers, "every encoder layer");
+  m.def("greedy_decode", &greedy_decode, "greedy search of a batch, every step in C++");
 }

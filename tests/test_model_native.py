@@ -14,10 +14,13 @@ from export_helpers import demo_model, demo_sources, untrained_checkpoint
 from helpers import decode_beam_store
 
 from mt.checkpoint import load_for_inference
-from mt.config import ModelConfig
+from mt.config import DecodeConfig, ModelConfig
 from mt.decode import Translator
+from mt.decode import beam as beam_module
 from mt.decode.common import argmax_rows
 from mt.decode.greedy import decode_single_path
+from mt.decode.refill import SentenceQueue
+from mt.decode.stopping import Finished
 from mt.model import build_model
 from mt.model.cache import DecoderCache
 from mt.model.native import NativeSteps, load_native, unsupported
@@ -120,7 +123,7 @@ def test_cpp_greedy_loop_decodes_like_the_python_loop(native, options: dict, pac
     pad = torch.zeros_like(src, dtype=torch.bool)
     pad[1, 7:], pad[3, 4:] = True, True
     enc = model.encode(src, pad)
-    assert model.native_greedy(enc, limits["max_len"], limits["min_len"], None, True, (0, 2, 3)) is not None
+    assert model.native_greedy(enc, limits["max_len"], limits["min_len"], None, (0, 2, 3), True) is not None
     for scores in (True, False):
         fast = greedy_outputs(model, src, pad, scores, native=True, limits=limits)
         plain = greedy_outputs(model, src, pad, scores, native=False, limits=limits)
@@ -136,6 +139,54 @@ def test_cpp_greedy_loop_decodes_like_the_python_loop(native, options: dict, pac
                 assert math.isnan(score) and math.isnan(reference)
 
 
+BEAM_SETTINGS = {  # (beam, nbest, length penalty, alpha, stopping rule)
+    "gnmt,topk_eos": (4, 1, "gnmt", 0.6, "topk_eos"),
+    "length,exact,nbest3": (3, 3, "length", 1.0, "exact"),
+    "none,fairseq,nbest2": (5, 2, "none", 0.0, "fairseq"),
+    "gnmt-negative,exact": (2, 1, "gnmt", -0.5, "exact"),
+}
+
+
+def beam_outputs(model, src, pad, native: bool, limits: dict, settings: tuple) -> list[list[tuple[list[int], float]]]:
+    beam, nbest, penalty, alpha, stopping = settings
+    max_len, min_len = limits["max_len"], limits["min_len"]
+    cfg = DecodeConfig(strategy="beam", beam_size=beam, nbest=nbest, length_penalty=penalty, alpha=alpha,
+                       stopping=stopping, max_len_a=0.0, max_len_b=max(max_len), min_len=0)
+    finished = Finished(max_len, min_len, beam=beam, nbest=nbest, penalty=penalty, alpha=alpha, stopping=stopping)
+    heard: list[int] = []
+    queue = SentenceQueue(src, pad)
+    active = queue.take(0)
+    enc = queue.encoded(model.encode, active)
+    on_done = lambda done: heard.extend(sent for sent, _ in done)  # noqa: E731
+    if not (native and beam_module._decode_native(model, enc, active, finished, cfg, limits["vocab_size"], on_done)):
+        beam_module._decode_beams(model, queue, active, enc, finished, beam, limits["vocab_size"], on_done)
+    assert sorted(heard) == list(range(src.size(0)))  # every sentence reported once
+    return [[(h.tokens, h.score) for h in finished.nbest(s)] for s in range(src.size(0))]
+
+
+@pytest.mark.parametrize("settings", BEAM_SETTINGS.values(), ids=BEAM_SETTINGS.keys())
+@pytest.mark.parametrize("limits", GREEDY_LIMITS.values(), ids=GREEDY_LIMITS.keys())
+@pytest.mark.parametrize("options", [COVERED[0], COVERED[2], COVERED[-1]],
+                         ids=["paper", "pre_ln,rmsnorm", "pre_ln,rope"])
+@torch.inference_mode()
+def test_cpp_beam_loop_decodes_like_the_python_loop(native, options: dict, limits: dict, settings: tuple) -> None:
+    """A batch of 4 sentences decoded whole by the C++ beam loop and by mt.decode.beam's Python loop over the C++
+    step, under each stopping rule and length penalty: the same n-best tokens, scores within float32 rounding."""
+    model = random_model(seed=5, **options)
+    model.decoder.pack_output()
+    model.decoder.native = NativeSteps(model.decoder, native)
+    src = torch.randint(4, 64, (4, 10), generator=torch.Generator().manual_seed(6))
+    pad = torch.zeros_like(src, dtype=torch.bool)
+    pad[0, 5:], pad[2, 8:] = True, True
+    fast = beam_outputs(model, src, pad, True, limits, settings)
+    plain = beam_outputs(model, src, pad, False, limits, settings)
+    assert [[tokens for tokens, _ in nbest] for nbest in fast] == [[tokens for tokens, _ in nbest] for nbest in plain]
+    for nbest, reference in zip(fast, plain, strict=True):
+        assert len(nbest) == settings[1]
+        # float32 rounding of log-probs summed over up to 30 steps (random models: scores of -100 and below)
+        assert [score for _, score in nbest] == pytest.approx([score for _, score in reference], rel=1e-6, abs=1e-5)
+
+
 def test_cpp_greedy_loop_leaves_what_it_does_not_take_to_python(native) -> None:
     """An output longer than the position table, training mode, autograd on: no C++ loop (None)."""
     model = random_model(seed=4)
@@ -144,16 +195,16 @@ def test_cpp_greedy_loop_leaves_what_it_does_not_take_to_python(native) -> None:
     pad = torch.zeros_like(src, dtype=torch.bool)
     with torch.inference_mode():
         enc = model.encode(src, pad)
-        assert model.native_greedy(enc, [5, 5], [0, 0], None, False, (0, 2, 3)) is not None
+        assert model.native_greedy(enc, [5, 5], [0, 0], None, (0, 2, 3), False) is not None
         too_long = model.decoder.embedding.positions.table.size(0)
-        assert model.native_greedy(enc, [too_long, 5], [0, 0], None, False, (0, 2, 3)) is None
+        assert model.native_greedy(enc, [too_long, 5], [0, 0], None, (0, 2, 3), False) is None
         model.train()
-        assert model.native_greedy(enc, [5, 5], [0, 0], None, False, (0, 2, 3)) is None
+        assert model.native_greedy(enc, [5, 5], [0, 0], None, (0, 2, 3), False) is None
     model.eval()
     enc = model.encode(src, pad)
-    assert model.native_greedy(enc, [5, 5], [0, 0], None, False, (0, 2, 3)) is None  # autograd on
+    assert model.native_greedy(enc, [5, 5], [0, 0], None, (0, 2, 3), False) is None  # autograd on
     with torch.no_grad():
-        assert model.native_greedy(enc, [5, 5], [0, 0], None, False, (0, 2, 3)) is not None
+        assert model.native_greedy(enc, [5, 5], [0, 0], None, (0, 2, 3), False) is not None
 
 
 COVERED_OVERRIDES = [[], ["model.pre_ln=true"], ["model.pre_ln=true", "model.norm=rmsnorm"],

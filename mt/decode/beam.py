@@ -39,6 +39,7 @@ from torch import Tensor
 
 from mt.config import DecodeConfig
 from mt.decode.common import (
+    BOS_ID,
     EOS_ID,
     NEG_INF,
     PAD_ID,
@@ -55,7 +56,7 @@ from mt.decode.common import (
     topk_rows,
 )
 from mt.decode.length_penalty import check_penalty
-from mt.decode.refill import SentenceQueue, SentencesDone, first_beam_only, joining_tokens
+from mt.decode.refill import EncodedRows, SentenceQueue, SentencesDone, first_beam_only, joining_tokens
 from mt.decode.stopping import Finished
 
 
@@ -157,8 +158,40 @@ def beam_search(
     )
     queue = SentenceQueue(src, src_pad_mask, live)
     while queue:
-        _decode_beams(model, queue, finished, cfg.beam_size, vocab_size, on_done)
+        active = queue.take(0)
+        enc = queue.encoded(model.encode, active)  # (B', S, D): one row per sentence, throughout
+        if _decode_native(model, enc, active, finished, cfg, vocab_size, on_done):
+            continue
+        _decode_beams(model, queue, active, enc, finished, cfg.beam_size, vocab_size, on_done)
     return [finished.nbest(s) for s in range(src.size(0))]
+
+
+PENALTY_CODES = {"none": 0, "gnmt": 1, "length": 2}  # the C++ search's numbers (``native_search.cpp``)
+STOPPING_CODES = {"exact": 0, "topk_eos": 1, "fairseq": 2}
+
+
+def _decode_native(
+    model: DecodableModel, enc: EncodedRows, active: list[int], finished: Finished, cfg: DecodeConfig,
+    vocab_size: int | None, on_done: SentencesDone | None,
+) -> bool:
+    """Beam search of ``active`` (encoded as ``enc``) whole in the model's C++ loop, this module's algorithm
+    without refill; False (nothing done) where the model has none or it does not take them."""
+    search = getattr(model, "native_beam", None)
+    if search is None:
+        return False
+    found = search(
+        enc, [finished.max_len[s] for s in active], [finished.min_len[s] for s in active], vocab_size,
+        (PAD_ID, BOS_ID, EOS_ID), cfg.beam_size, cfg.nbest, PENALTY_CODES[cfg.length_penalty], cfg.alpha,
+        STOPPING_CODES[cfg.stopping],
+    )
+    if found is None:
+        return False
+    for sent, hypotheses in zip(active, found, strict=True):
+        for tokens, logprob in hypotheses:  # in the order they finished, as the Python loop adds them
+            finished.add(sent, tokens, logprob)
+    if on_done is not None:
+        on_done([(s, finished.nbest(s)) for s in active])
+    return True
 
 
 def _length_masks(
@@ -172,15 +205,14 @@ def _length_masks(
 
 
 def _decode_beams(
-    model: DecodableModel, queue: SentenceQueue, finished: Finished, beam: int, vocab_size: int | None,
-    on_done: SentencesDone | None,
+    model: DecodableModel, queue: SentenceQueue, active: list[int], enc: EncodedRows, finished: Finished, beam: int,
+    vocab_size: int | None, on_done: SentencesDone | None,
 ) -> None:
-    """Beam search until every sentence taken from ``queue`` is done; sentences join as others leave."""
-    active = queue.take(0)  # the sentence of each group of rows
+    """Beam search of ``active`` (the sentence of each group of rows, taken from ``queue``, encoded as ``enc``)
+    until every sentence taken is done; more sentences join from ``queue`` as others leave."""
     device = queue.src.device
     born = [0] * len(active)  # the step each sentence started at
     origin = 0  # the step of ``tokens``' first column (a sentence's BOS is in column born - origin)
-    enc = queue.encoded(model.encode, active)  # (B', S, D): one row per sentence, throughout
     cache = model.new_cache(beams_per_sentence=beam)  # step 0 decodes one row per sentence, then K
     tokens = start_tokens(len(active), device)  # (B'*r, t + 1) with BOS first; r = rows per sentence
     scores = torch.zeros(len(active), 1, device=device)  # (B', r): at step 0 the K beams would be copies

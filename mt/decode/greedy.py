@@ -95,7 +95,7 @@ def _decode_native(
         return False
     found = search(
         enc, [limits.max_len[s] for s in sentences], [limits.min_len[s] for s in sentences], vocab_size,
-        limits.scores, (PAD_ID, BOS_ID, EOS_ID),
+        (PAD_ID, BOS_ID, EOS_ID), limits.scores,
     )
     if found is None:
         return False

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 at::Tensor decoder_step(const at::Tensor& x, const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& self_k,
@@ -15,11 +16,20 @@ at::Tensor decoder_step(const at::Tensor& x, const std::vector<at::Tensor>& w, c
 void move_rows(const std::vector<at::Tensor>& stores, const std::vector<int64_t>& steps, const at::Tensor& to,
                const at::Tensor& source);
 
-std::vector<at::Tensor> greedy_decode(
-    const std::vector<at::Tensor>& w, int64_t heads, bool pre_ln, double eps, const c10::optional<at::Tensor>& rope_cos,
-    const c10::optional<at::Tensor>& rope_sin, const at::Tensor& embedding, double scale,
-    const c10::optional<at::Tensor>& positions, const c10::optional<at::Tensor>& norm_gain,
-    const c10::optional<at::Tensor>& norm_shift, double norm_eps, const at::Tensor& output, bool packed,
-    const std::vector<at::Tensor>& cross_k, const std::vector<at::Tensor>& cross_v, const at::Tensor& source_mask,
-    const at::Tensor& max_len, const at::Tensor& min_len, int64_t vocab_size, bool scores,
-    const std::vector<int64_t>& special);
+// The decoder's tensors and settings both searches take first (native_search.cpp)
+#define MT_DECODER_ARGS                                                                                              \
+  const std::vector<at::Tensor>&w, int64_t heads, bool pre_ln, double eps, const c10::optional<at::Tensor>&rope_cos, \
+      const c10::optional<at::Tensor>&rope_sin, const at::Tensor &embedding, double scale,                           \
+      const c10::optional<at::Tensor>&positions, const c10::optional<at::Tensor>&norm_gain,                          \
+      const c10::optional<at::Tensor>&norm_shift, double norm_eps, const at::Tensor &output, bool packed
+
+std::vector<at::Tensor> greedy_decode(MT_DECODER_ARGS, const std::vector<at::Tensor>& cross_k,
+                                      const std::vector<at::Tensor>& cross_v, const at::Tensor& source_mask,
+                                      const std::vector<int64_t>& max_len, const std::vector<int64_t>& min_len,
+                                      int64_t vocab_size, const std::vector<int64_t>& special, bool scores);
+
+std::vector<std::vector<std::pair<std::vector<int64_t>, double>>> beam_decode(
+    MT_DECODER_ARGS, const std::vector<at::Tensor>& cross_k, const std::vector<at::Tensor>& cross_v,
+    const at::Tensor& source_mask, const std::vector<int64_t>& max_len, const std::vector<int64_t>& min_len,
+    int64_t vocab_size, const std::vector<int64_t>& special, int64_t beam, int64_t nbest, int64_t penalty,
+    double alpha, int64_t stopping);

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from mt.model.cache import EncoderOut, LayerStep, additive_mask
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("native_step.cpp", "native_greedy.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("native_step.cpp", "native_search.cpp"))
 HEADER = Path(__file__).with_name("native.h")
 DECODER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "cross_attn.q", "cross_attn.out",
                  "cross_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
@@ -189,29 +189,55 @@ class NativeSteps(LayerWeights):
 
     def greedy(
         self, decoder: nn.Module, enc: EncoderOut, max_len: list[int], min_len: list[int], vocab_size: int | None,
-        scores: bool, special: tuple[int, int, int],
+        special: tuple[int, int, int], scores: bool,
     ) -> tuple[list[list[int]], list[float]] | None:
-        """Greedy search of every row of ``enc`` with each step in C++ (``native_greedy.cpp``): each sentence's
+        """Greedy search of every row of ``enc`` with each step in C++ (``native_search.cpp``): each sentence's
         pieces (EOS excluded) and summed log-prob (0 without ``scores``); None where the C++ loop does not take
-        the call (``greedy_takes``). Arguments as ``mt.decode.greedy`` has them; ``special``: PAD, BOS, EOS."""
-        if not self.greedy_takes(decoder, enc, max(max_len, default=0) + 1):
+        the call (``search_takes``). Arguments as ``mt.decode.greedy`` has them; ``special``: PAD, BOS, EOS."""
+        if not self.search_takes(decoder, enc, max(max_len, default=0) + 1):
             return None
-        embedding, norm = decoder.embedding, decoder.final_norm
-        packed = decoder.output_packed is not None
-        cross = decoder.source_keys(enc.out)  # per layer (B, H, S, Dh), contiguous; the call overwrites them
         tokens, lengths, logprob = self.native.greedy_decode(
-            self.weights, self.heads, self.pre_ln, self.eps, *self.rope, embedding.token.weight.detach(),
-            embedding.scale, positions_table(embedding.positions), *norm_parameters(norm),
-            decoder.output_packed if packed else decoder.output_weight.detach(), packed,
-            [k for k, _ in cross], [v for _, v in cross], additive_mask(enc.pad_mask, torch.float32)[:, None, None, :],
-            torch.tensor(max_len), torch.tensor(min_len), -1 if vocab_size is None else vocab_size, scores,
-            list(special),
+            *self._decoder_args(decoder), *self._batch_args(decoder, enc), max_len, min_len,
+            -1 if vocab_size is None else vocab_size, list(special), scores,
         )
         pieces = [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist(), strict=True)]
         return pieces, logprob.tolist()
 
-    def greedy_takes(self, decoder: nn.Module, enc: EncoderOut, steps: int) -> bool:
-        """Whether the C++ greedy loop runs a search of ``steps`` steps at most: float32 on a CPU, in eval mode
+    def beam(
+        self, decoder: nn.Module, enc: EncoderOut, max_len: list[int], min_len: list[int], vocab_size: int | None,
+        special: tuple[int, int, int], beam: int, nbest: int, penalty: int, alpha: float, stopping: int,
+    ) -> list[list[tuple[list[int], float]]] | None:
+        """Beam search of every row of ``enc`` with each step in C++ (``native_search.cpp``): each sentence's
+        finished hypotheses (at most ``beam``, in the order they finished) as (pieces, summed log-prob); None
+        where the C++ loop does not take the call. ``penalty``: 0 none, 1 gnmt, 2 length; ``stopping``: 0 exact,
+        1 topk_eos, 2 fairseq (``mt.decode.beam`` has the rest)."""
+        steps = max(max_len, default=0) + 1
+        if not self.search_takes(decoder, enc, steps) or decoder.embedding.token.num_embeddings < 2 * beam:
+            return None
+        return self.native.beam_decode(
+            *self._decoder_args(decoder), *self._batch_args(decoder, enc), max_len, min_len,
+            -1 if vocab_size is None else vocab_size, list(special), beam, nbest, penalty, alpha, stopping,
+        )
+
+    def _decoder_args(self, decoder: nn.Module) -> tuple:
+        """The decoder's part of the C++ searches' arguments (``MT_DECODER_ARGS`` in ``native.h``)."""
+        embedding, packed = decoder.embedding, decoder.output_packed is not None
+        return (
+            self.weights, self.heads, self.pre_ln, self.eps, *self.rope, embedding.token.weight.detach(),
+            embedding.scale, positions_table(embedding.positions), *norm_parameters(decoder.final_norm),
+            decoder.output_packed if packed else decoder.output_weight.detach(), packed,
+        )
+
+    @staticmethod
+    def _batch_args(decoder: nn.Module, enc: EncoderOut) -> tuple[list[Tensor], list[Tensor], Tensor]:
+        """Each layer's source keys and values (B, H, S, Dh) and the source mask (B, 1, 1, S), made for the call
+        (which overwrites them)."""
+        cross = decoder.source_keys(enc.out)  # per layer, contiguous
+        mask = additive_mask(enc.pad_mask, torch.float32)[:, None, None, :]
+        return [k for k, _ in cross], [v for _, v in cross], mask
+
+    def search_takes(self, decoder: nn.Module, enc: EncoderOut, steps: int) -> bool:
+        """Whether the C++ searches run a search of ``steps`` steps at most: float32 on a CPU, in eval mode
         without autograd, a float32 output projection, position tables covering the steps."""
         packed = decoder.output_packed
         table = positions_table(decoder.embedding.positions)

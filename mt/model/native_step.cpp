@@ -451,4 +451,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decoder_step", &decoder_step, "one cached step of every decoder layer");
   m.def("encoder_layers", &encoder_layers, "every encoder layer");
   m.def("greedy_decode", &greedy_decode, "greedy search of a batch, every step in C++");
+  m.def("beam_decode", &beam_decode, "beam search of a batch, every step in C++");
 }

@@ -47,16 +47,19 @@ class Seq2SeqTransformer(nn.Module):
         cache.add_sentences(self.decoder.source_keys(new.out), new.pad_mask)
         enc.extend(new)
 
-    def native_greedy(
-        self, enc: EncoderOut, max_len: list[int], min_len: list[int], vocab_size: int | None, scores: bool,
-        special: tuple[int, int, int],
-    ) -> tuple[list[list[int]], list[float]] | None:
-        """Greedy search of ``enc``'s sentences with every step in C++ (``mt.model.native.NativeSteps.greedy``):
-        each one's pieces and summed log-prob, or None where the C++ code does not take it (``mt.decode.greedy``
-        then runs its own loop)."""
-        if (native := self.decoder.native) is None:
-            return None
-        return native.greedy(self.decoder, enc, max_len, min_len, vocab_size, scores, special)
+    def native_greedy(self, enc: EncoderOut, *args: Any) -> tuple[list[list[int]], list[float]] | None:
+        """Greedy search of ``enc``'s sentences with every step in C++ (``mt.model.native.NativeSteps.greedy``,
+        which names ``args``): each one's pieces and summed log-prob, or None where the C++ code does not take
+        it (``mt.decode.greedy`` then runs its own loop)."""
+        native = self.decoder.native
+        return None if native is None else native.greedy(self.decoder, enc, *args)
+
+    def native_beam(self, enc: EncoderOut, *args: Any) -> list[list[tuple[list[int], float]]] | None:
+        """Beam search of ``enc``'s sentences with every step in C++ (``mt.model.native.NativeSteps.beam``, which
+        names ``args``): each one's finished hypotheses, or None where the C++ code does not take it
+        (``mt.decode.beam`` then runs its own loop)."""
+        native = self.decoder.native
+        return None if native is None else native.beam(self.decoder, enc, *args)
 
     def forward(self, src: Tensor, src_pad_mask: Tensor, tgt_in: Tensor, project_output: bool = True) -> Tensor:
         """Teacher-forced logits (B, T, V); with ``project_output=False`` the decoder's last hidden states

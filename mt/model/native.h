@@ -11,7 +11,7 @@ at::Tensor decoder_step(const at::Tensor& x, const std::vector<at::Tensor>& w, c
                         const c10::optional<at::Tensor>& self_mask, const std::vector<at::Tensor>& cross_k,
                         const std::vector<at::Tensor>& cross_v, const at::Tensor& source_mask, int64_t heads,
                         bool pre_ln, double eps, const c10::optional<at::Tensor>& rope_cos,
-                        const c10::optional<at::Tensor>& rope_sin);
+                        const c10::optional<at::Tensor>& rope_sin, const c10::optional<at::Tensor>& self_slots);
 
 void move_rows(const std::vector<at::Tensor>& stores, const std::vector<int64_t>& steps, const at::Tensor& to,
                const at::Tensor& source);

@@ -181,7 +181,7 @@ class NativeSteps(LayerWeights):
         out = self.native.decoder_step(
             x.contiguous(), self.weights, [b.keys for b in buffers], [b.values for b in buffers], at, first.group,
             first.self_mask if first.group > 1 else None, [s.kv.cross_k for s in steps],
-            [s.kv.cross_v for s in steps], first.source_mask, self.heads, self.pre_ln, self.eps, *self.rope,
+            [s.kv.cross_v for s in steps], first.source_mask, self.heads, self.pre_ln, self.eps, *self.rope, None,
         )
         for buffer in buffers:
             buffer.length = extent

@@ -98,16 +98,16 @@ struct Decoder {
   }
 
   // Logits (N, V) of one step at `step` of N = cache rows x group rows fed `tokens`; the caches as decoder_step
-  // takes them (each layer's new keys and values written into self_k / self_v).
-  Tensor logits(const int64_t* tokens, int64_t rows, int64_t step, int64_t group, const c10::optional<Tensor>& mask,
-                const std::vector<Tensor>& self_k, const std::vector<Tensor>& self_v,
-                const std::vector<Tensor>& cross_k, const std::vector<Tensor>& cross_v,
-                const Tensor& source_mask) const {
+  // takes them (each layer's new keys and values written into self_k / self_v), slots its slot table.
+  Tensor logits(const int64_t* tokens, int64_t rows, int64_t step, int64_t group,
+                const c10::optional<Tensor>& slots, const std::vector<Tensor>& self_k,
+                const std::vector<Tensor>& self_v, const std::vector<Tensor>& cross_k,
+                const std::vector<Tensor>& cross_v, const Tensor& source_mask) const {
     Tensor x = at::empty({rows, 1, d()}, embedding.options());  // (N, 1, D)
     embed(embedding.data_ptr<float>(), positions.has_value() ? positions->data_ptr<float>() : nullptr, tokens, rows,
           step, scale, d(), x.data_ptr<float>());
-    Tensor h = decoder_step(x, w, self_k, self_v, at::full({rows / group}, step, at::kLong), group, mask, cross_k,
-                            cross_v, source_mask, heads, pre_ln, eps, rope_cos, rope_sin);  // (N, 1, D)
+    Tensor h = decoder_step(x, w, self_k, self_v, at::full({rows / group}, step, at::kLong), group, c10::nullopt,
+                            cross_k, cross_v, source_mask, heads, pre_ln, eps, rope_cos, rope_sin, slots);  // (N, 1, D)
     if (norm_gain.has_value())
       h = norm_shift.has_value() ? at::layer_norm(h, {d()}, norm_gain, norm_shift, norm_eps)
                                  : at::rms_norm(h, {d()}, norm_gain, norm_eps);
@@ -143,8 +143,8 @@ struct Caches {
   }
 
   Tensor logits(const Decoder& dec, const int64_t* tokens, int64_t step, int64_t group,
-                const c10::optional<Tensor>& mask) const {
-    return dec.logits(tokens, rows * group, step, group, mask, first(self_k), first(self_v), first(cross_k),
+                const c10::optional<Tensor>& slots) const {
+    return dec.logits(tokens, rows * group, step, group, slots, first(self_k), first(self_v), first(cross_k),
                       first(cross_v), source_mask.narrow(0, 0, rows));
   }
 
@@ -398,13 +398,10 @@ std::vector<std::vector<std::pair<std::vector<int64_t>, double>>> beam_decode(
   std::vector<int32_t> next_slots(k * capacity);
 
   for (int64_t step = 0; caches.rows > 0; ++step) {
-    const int64_t n = caches.rows, rows = n * k, keys = (step + 1) * k;
+    const int64_t n = caches.rows, rows = n * k;
     for (int64_t r = 0; r < rows; ++r) slots[r * capacity + step] = r % k;  // each beam writes its own slot
-    Tensor mask = at::full({n, 1, k, keys}, kBlocked, embedding.options());  // (n, 1, K, L * K) additive
-    float* m = mask.data_ptr<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t t = 0; t <= step; ++t) m[r * keys + t * k + slots[r * capacity + t]] = 0.f;
-    Tensor logits = caches.logits(dec, last.data(), step, k, mask);  // (n K, V)
+    const Tensor table = at::from_blob(slots.data(), {rows, capacity}, at::kInt);  // (n K, capacity), no copy
+    Tensor logits = caches.logits(dec, last.data(), step, k, table);  // (n K, V)
     Tensor lprobs = at::log_softmax(logits, 1).contiguous();
     const int64_t vocab = lprobs.size(1), allowed = vocab_size >= 0 ? std::min(vocab_size, vocab) : vocab;
     TORCH_CHECK(vocab >= k2, "beam search needs a vocabulary of at least 2 x beam ids");

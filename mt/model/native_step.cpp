@@ -120,13 +120,29 @@ struct Scratch {
   explicit Scratch(int64_t keys) : scores(keys), bias(keys), idx(keys) {}
 };
 
+// One query q (dh) against the `count` keys idx[0 .. count): k, v point at key 0, key i at k + i * stride;
+// `bias` (nullptr: none) adds a value to each. out (dh) = softmax(q.k / sqrt(dh) + bias) . v
+void attend_keys(const float* q, const float* k, const float* v, int64_t stride, const int32_t* idx, int64_t count,
+                 const float* bias, int64_t dh, float* out, Scratch& scratch) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  float* scores = scratch.scores.data();
+  dots(q, k, stride, idx, count, dh, scores);
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < count; ++c)
+    top = std::max(top, scores[c] = bias ? scores[c] * scale + bias[c] : scores[c] * scale);
+  float total = 0.f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t c = 0; c < count; ++c) total += (scores[c] = exp_nonpositive(scores[c] - top));
+  const float inv = 1.f / total;
+  for (int64_t c = 0; c < count; ++c) scores[c] *= inv;
+  weighted_sum(scores, v, stride, idx, count, dh, out);
+}
+
 // One query q (dh) against `keys` keys: k, v point at key 0, key i at k + i * stride; `bias` (nullptr: none)
 // adds a value a key (a mask: 0 or -inf; a -inf key is not read). out (dh) = softmax(q.k / sqrt(dh) + bias) . v
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t keys, int64_t dh,
                 const float* bias, int64_t bias_stride, float* out, Scratch& scratch) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const float blocked = -std::numeric_limits<float>::infinity();
-  float* scores = scratch.scores.data();
   int32_t* idx = scratch.idx.data();
   int64_t count = 0;  // the keys read: all, or those the mask allows
   for (int64_t i = 0; i < keys; ++i) {
@@ -135,15 +151,7 @@ void attend_one(const float* q, const float* k, const float* v, int64_t stride, 
     scratch.bias[count] = b;
     idx[count++] = static_cast<int32_t>(i);
   }
-  dots(q, k, stride, idx, count, dh, scores);
-  float top = blocked;
-  for (int64_t c = 0; c < count; ++c) top = std::max(top, scores[c] = scores[c] * scale + scratch.bias[c]);
-  float total = 0.f;
-#pragma omp simd reduction(+ : total)
-  for (int64_t c = 0; c < count; ++c) total += (scores[c] = exp_nonpositive(scores[c] - top));
-  const float inv = 1.f / total;
-  for (int64_t c = 0; c < count; ++c) scores[c] *= inv;
-  weighted_sum(scores, v, stride, idx, count, dh, out);
+  attend_keys(q, k, v, stride, idx, count, bias ? scratch.bias.data() : nullptr, dh, out, scratch);
 }
 
 struct Norm {
@@ -306,13 +314,15 @@ Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tenso
 // layer's KVBuffer store (N / group, H, capacity, group, Dh); at (N / group,) int64: the step each cache row
 // writes (row r = c * group + j writes slot j of cache row c); with group 1 row r attends to its steps
 // 0 .. at[r], with more to the slots self_mask (N / group, 1, group, L * group) additive allows; cross_k /
-// cross_v (N / group, H, S, Dh); source_mask (N / group, 1, 1, S) additive. -> (N, 1, D), before any final
-// norm. Writes each layer's new keys and values into the stores.
+// cross_v (N / group, H, S, Dh); source_mask (N / group, 1, 1, S) additive; self_slots (optional, instead of
+// self_mask; int32 (N, capacity)): the slot row r reads at each step (the C++ beam search's table). -> (N, 1, D),
+// before any final norm. Writes each layer's new keys and values into the stores.
 Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& self_k,
                     const std::vector<Tensor>& self_v, const Tensor& at, int64_t group,
                     const c10::optional<Tensor>& self_mask, const std::vector<Tensor>& cross_k,
                     const std::vector<Tensor>& cross_v, const Tensor& source_mask, int64_t heads, bool pre_ln,
-                    double eps, const c10::optional<Tensor>& rope_cos, const c10::optional<Tensor>& rope_sin) {
+                    double eps, const c10::optional<Tensor>& rope_cos, const c10::optional<Tensor>& rope_sin,
+                    const c10::optional<Tensor>& self_slots) {
   const int64_t n = x.size(0), d = x.size(2), dh = d / heads, layers = self_k.size();
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.size(1) == 1, "x: float32 (N, 1, D)");
   TORCH_CHECK(group >= 1 && n % group == 0, "rows: cache rows x group");
@@ -321,8 +331,13 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   TORCH_CHECK(source_mask.scalar_type() == at::kFloat, "source_mask: float32");
   const bool slots = group > 1;
   const Rope rope = rope_of(rope_cos, rope_sin, dh);
-  TORCH_CHECK(!slots || (self_mask.has_value() && self_mask->scalar_type() == at::kFloat && self_mask->dim() == 4 &&
-                         self_mask->size(2) == group && self_mask->size(3) % group == 0),
+  const bool by_table = slots && self_slots.has_value();  // the slot table, else the mask
+  TORCH_CHECK(!by_table || (self_slots->scalar_type() == at::kInt && self_slots->is_contiguous() &&
+                            self_slots->dim() == 2 && self_slots->size(0) >= n),
+              "self_slots: contiguous int32 (N, capacity)");
+  TORCH_CHECK(!slots || by_table ||
+                  (self_mask.has_value() && self_mask->scalar_type() == at::kFloat && self_mask->dim() == 4 &&
+                   self_mask->size(2) == group && self_mask->size(3) % group == 0),
               "self_mask: float32 (N / group, 1, group, L * group) for a group of several rows");
   const int64_t d_ff = w[12].size(1), src = cross_k.at(0).size(2);
   const auto opts = x.options();
@@ -336,10 +351,14 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   const int64_t mask_row = source_mask.stride(0), mask_key = source_mask.stride(3);
   int64_t most_keys = 0;  // keys a row may attend to: its steps (group 1), or every slot of L steps
   for (int64_t c = 0; c < n / group; ++c) most_keys = std::max(most_keys, steps[c] + 1);
-  const float* slot_mask = slots ? self_mask->data_ptr<float>() : nullptr;
-  const int64_t slot_keys = slots ? self_mask->size(3) : 0;
-  const int64_t m0 = slots ? self_mask->stride(0) : 0, m2 = slots ? self_mask->stride(2) : 0;
-  const int64_t m3 = slots ? self_mask->stride(3) : 0;
+  const bool by_mask = slots && !by_table;
+  const float* slot_mask = by_mask ? self_mask->data_ptr<float>() : nullptr;
+  const int64_t slot_keys = by_mask ? self_mask->size(3) : most_keys * group;
+  const int64_t m0 = by_mask ? self_mask->stride(0) : 0, m2 = by_mask ? self_mask->stride(2) : 0;
+  const int64_t m3 = by_mask ? self_mask->stride(3) : 0;
+  const int32_t* table = by_table ? self_slots->data_ptr<int32_t>() : nullptr;
+  const int64_t table_row = by_table ? self_slots->size(1) : 0;
+  TORCH_CHECK(!by_table || most_keys <= table_row, "self_slots: a slot for every step");
   if (slots) most_keys = slot_keys;
   TORCH_CHECK(!rope.cos || (slots ? most_keys / group : most_keys) <= rope.positions,
               "rope tables shorter than the output");
@@ -373,7 +392,11 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
         float *k = K + c * s0 + hd * s1, *v = V + c * s0 + hd * s1;
         std::copy(row + d + hd * dh, row + d + (hd + 1) * dh, k + step * s2 + j * s3);
         std::copy(row + 2 * d + hd * dh, row + 2 * d + (hd + 1) * dh, v + step * s2 + j * s3);
-        if (slots)  // key i: step i / group, slot i % group, where the mask row allows it
+        if (by_table) {  // key t * group + slot: step t, the slot the row reads at step t
+          int32_t* idx = scratch.idx.data();
+          for (int64_t t = 0; t <= step; ++t) idx[t] = static_cast<int32_t>(t * group + table[r * table_row + t]);
+          attend_keys(row + hd * dh, k, v, s3, idx, step + 1, nullptr, dh, A + r * d + hd * dh, scratch);
+        } else if (slots)  // key i: step i / group, slot i % group, where the mask row allows it
           attend_one(row + hd * dh, k, v, s3, slot_keys, dh, slot_mask + c * m0 + j * m2, m3, A + r * d + hd * dh,
                      scratch);
         else

@@ -217,7 +217,8 @@ class DecodeConfig:
     seed: int = 1
     max_tokens: int = 8000  # batching budget (source tokens x beam) for decoding
     max_sentences: int = 64
-    # continuous batching (sentences join a batch as others finish) for: greedy | all (beam too) | none
+    # continuous batching (sentences join a batch as others finish) for: greedy | all (beam too) | none;
+    # the Python search's (the C++ search of mt.model.native decodes each batch whole)
     refill: str = "greedy"
     on_too_long: str = "truncate"  # truncate | reject
 

@@ -113,6 +113,29 @@ inline void weighted_sum(const float* w, const float* v, int64_t stride, const i
   }
 }
 
+// out (n, outs) = bias + x (n, in) . wt (in, outs), all contiguous float32. At most kFewRows rows, as vector loops of
+// its own (a product of a few rows is mostly a BLAS call's fixed cost); more, one ATen addmm.
+constexpr int64_t kFewRows = 4;
+void linear_into(Tensor& out, const Tensor& bias, const Tensor& x, const Tensor& wt) {
+  const int64_t n = x.size(0), in = wt.size(0), outs = wt.size(1);
+  if (n > kFewRows) {
+    at::addmm_out(out, bias, x, wt);
+    return;
+  }
+  const float *X = x.data_ptr<float>(), *W = wt.data_ptr<float>(), *b = bias.data_ptr<float>();
+  float* O = out.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    float* o = O + r * outs;
+    std::copy(b, b + outs, o);
+    for (int64_t i = 0; i < in; ++i) {
+      const float xi = X[r * in + i];
+      const float* w = W + i * outs;
+#pragma omp simd
+      for (int64_t j = 0; j < outs; ++j) o[j] += xi * w[j];
+    }
+  }
+}
+
 // Per-thread scratch for attend_one: room for `keys` keys.
 struct Scratch {
   std::vector<float> scores, bias;
@@ -377,7 +400,7 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
 
     // self-attention: this step's keys and values into the cache, one query over the row's steps
     res.sublayer_input(norm1);
-    at::addmm_out(qkv, p[1], h, p[0]);  // (N, 3D)
+    linear_into(qkv, p[1], h, p[0]);  // (N, 3D)
     float *K = sk.data_ptr<float>(), *V = sv.data_ptr<float>();
     const int64_t s0 = sk.stride(0), s1 = sk.stride(1), s2 = sk.stride(2), s3 = sk.stride(3);
     at::parallel_for(0, n * heads, 16, [&](int64_t begin, int64_t end) {
@@ -403,12 +426,12 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
           attend_one(row + hd * dh, k, v, s2, step + 1, dh, nullptr, 0, A + r * d + hd * dh, scratch);
       }
     });
-    at::addmm_out(o, p[3], a, p[2]);
+    linear_into(o, p[3], a, p[2]);
     res.close(norm1);
 
     // encoder-decoder attention over the source (O holds the queries)
     res.sublayer_input(norm2);
-    at::addmm_out(o, p[7], h, p[6]);
+    linear_into(o, p[7], h, p[6]);
     const float *CK = ck.data_ptr<float>(), *CV = cv.data_ptr<float>();
     const int64_t c0 = ck.stride(0), c1 = ck.stride(1), c2 = ck.stride(2);
     at::parallel_for(0, n * heads, 16, [&](int64_t begin, int64_t end) {
@@ -419,14 +442,14 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
                    mask + c * mask_row, mask_key, A + r * d + hd * dh, scratch);
       }
     });
-    at::addmm_out(o, p[9], a, p[8]);
+    linear_into(o, p[9], a, p[8]);
     res.close(norm2);
 
     // feed-forward
     res.sublayer_input(norm3);
-    at::addmm_out(f, p[13], h, p[12]);  // (N, d_ff)
+    linear_into(f, p[13], h, p[12]);  // (N, d_ff)
     for (int64_t i = 0; i < n * d_ff; ++i) F[i] = std::max(F[i], 0.f);
-    at::addmm_out(o, p[15], f, p[14]);
+    linear_into(o, p[15], f, p[14]);
     res.close(norm3);
   }
   return xs.view({n, 1, d});

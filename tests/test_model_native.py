@@ -133,8 +133,8 @@ def test_cpp_greedy_loop_decodes_like_the_python_loop(native, options: dict, pac
         ):
             assert shortest <= len(tokens) <= longest and 3 not in tokens
             assert all(t not in (0, 2) and t < (limits["vocab_size"] or 64) for t in tokens)
-            if scores:
-                assert score == pytest.approx(reference, abs=1e-5)
+            if scores:  # float32 rounding of summed log-probs (random models: scores of -40 and below)
+                assert score == pytest.approx(reference, rel=1e-6, abs=1e-5)
             else:
                 assert math.isnan(score) and math.isnan(reference)
 

@@ -2,10 +2,10 @@
 //
 // The same computation as DecoderLayer.step (self-attention over the row's cached steps, encoder-decoder
 // attention, the feed-forward network, each in its residual with LayerNorm or RMSNorm, Post-LN or Pre-LN),
-// with one ATen call for each linear (a matrix product into a preallocated output) and everything else --
-// the norms, residuals, ReLU, the cache write, both attentions of the one query -- as loops of its own: a
-// step makes 6 operator calls a layer instead of ~58. Sums run in another order than ATen's, so hidden
-// states differ from the Python step's in the last bits (tested within 1e-4).
+// with one ATen call for each linear (a matrix product into a preallocated output; a few rows: linear_into's
+// loops) and everything else -- the norms, residuals, ReLU, the cache write, both attentions of the one query --
+// as loops of its own: a step makes 6 operator calls a layer instead of ~58. Sums run in another order than
+// ATen's, so hidden states differ from the Python step's in the last bits (tested within 1e-4).
 //
 // Coverage (mt.model.native.unsupported names the rest): float32, fused QKV (kv_heads == heads), no qk-norm,
 // ReLU, with or without rotary positions. Cache rows hold `group` decoder rows each: 1 (greedy, sampling), or a

@@ -28,7 +28,8 @@ The decoding twin of ``make bench-peers``. Two models, each decoded by both engi
    (SentencePiece encode, batching, search, decode) with the wall clock and the CPU clock
    (``time.process_time``: all threads).
 4. Prints every run (sentences/s, target tokens/s, CPU s), the medians over the pairs, how many of mt's
-   mini outputs equal CTranslate2's, and last ``ratio <search> <model>: X.XX`` (mt sentences/s /
+   mini outputs equal CTranslate2's, each pair's mt / CTranslate2 ratio and their median (``pair by pair``),
+   and last ``ratio <search> <model>: X.XX`` (mt sentences/s /
    CTranslate2 float32 sentences/s, medians). Raw rows go to ``--results`` (JSON lines).
 
 ``--ct2-inter N`` lets CTranslate2 decode N batches at a time, each on ``--threads / N`` threads
@@ -307,6 +308,22 @@ def ratio_lines(medians: dict[tuple[str, str, str], float], beam: int, models: l
     return lines
 
 
+def pair_ratio_lines(runs: list[dict], models: list[str]) -> list[str]:
+    """Each pair's mt / CTranslate2 sentences/s and their median, per model and search: the two runs of a pair
+    are next to each other in time, so on a machine whose speed drifts these compare like with like (the ratio
+    of the two medians may set a run of one state against a run of another)."""
+    lines = []
+    for model in models:
+        for search in SEARCHES:
+            speed = {(r["pair"], r["engine"]): r["figures"][search]["sentences_per_s"] for r in runs
+                     if r["model"] == model}
+            pairs = sorted({pair for pair, _ in speed})
+            ratios = [speed[pair, "mt"] / speed[pair, "ct2"] for pair in pairs]
+            lines.append(f"pair by pair {search} {model}: {' '.join(f'{r:.2f}' for r in ratios)} "
+                         f"(median {statistics.median(ratios):.2f})")
+    return lines
+
+
 def same_outputs(runs: list[dict], search: str) -> tuple[int, int]:
     """How many of mt's outputs equal CTranslate2's (the last pair's runs; the outputs do not vary)."""
     mt = next(r for r in reversed(runs) if r["engine"] == "mt")["figures"][search]["texts"]
@@ -410,6 +427,7 @@ def main() -> None:
     for search in SEARCHES:
         same, total = same_outputs(mini_runs, search)
         print(f"mini {search}: {same}/{total} of mt's outputs equal CTranslate2's")
+    print("\n".join(pair_ratio_lines(runs, list(specs))))
     print()
     print("\n".join(ratio_lines(medians, args.beam, list(specs), args.precision)))
 

@@ -29,6 +29,19 @@ def test_ratio_lines_are_mt_over_ctranslate2_per_model_and_search(bench):
         "ratio beam4 mini: 0.75", "ratio greedy mini: 1.50", "ratio beam4 base: 1.25", "ratio greedy base: 0.67"]
 
 
+def test_pair_ratios_set_each_mt_run_against_the_ctranslate2_run_of_its_pair(bench):
+    def run(pair, engine, beam, greedy):
+        return {"pair": pair, "model": "mini", "engine": engine,
+                "figures": {"beam": {"sentences_per_s": beam}, "greedy": {"sentences_per_s": greedy}}}
+
+    runs = [run(1, "mt", 400.0, 1000.0), run(1, "ct2", 380.0, 1050.0), run(2, "mt", 300.0, 700.0),
+            run(2, "ct2", 270.0, 650.0), run(3, "mt", 310.0, 800.0), run(3, "ct2", 380.0, 1000.0)]
+    assert bench.pair_ratio_lines(runs, ["mini"]) == [
+        "pair by pair beam mini: 1.05 1.11 0.82 (median 1.05)",
+        "pair by pair greedy mini: 0.95 1.08 0.80 (median 0.95)",
+    ]
+
+
 def test_limits_are_mts_per_sentence_limits(bench):
     spec = {"max_len_a": 1.0, "max_len_b": 50, "max_positions": 64}
     assert bench.limits_of([0, 3, 20], spec) == [50, 53, 63]  # floor(a * n + b), at most max_positions - 1

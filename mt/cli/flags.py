@@ -92,7 +92,8 @@ def add_workers_flag(parser: argparse.ArgumentParser) -> None:
     """``--workers N``: decoding processes on the CPU, each holding the model."""
     parser.add_argument("--workers", type=ranged(int, 1), default=1,
                         help="decoding processes, each with its own copy of the model on --threads threads "
-                             "(default 1; on a CPU, one per core decodes a small model fastest)")
+                             "(default 1; one per core helps a small model that decodes in Python on a CPU; "
+                             "with the C++ search one process is faster)")
 
 
 def add_decode_args(parser: argparse.ArgumentParser) -> None:

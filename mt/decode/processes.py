@@ -3,7 +3,8 @@
 On a CPU, a small model's decoding step spends much of its time outside the matrix products (Python, small
 ops, OpenMP barriers), so a second thread in one process buys little; a second process, decoding other
 sentences on its own core, nearly doubles the throughput of beam search. Threads of one process cannot do
-that: their Python halves take turns at the interpreter lock.
+that: their Python halves take turns at the interpreter lock. A model whose search runs in C++
+(``mt.model.native``) has no such Python to hide: one process on every core is faster (docs/benchmarks.md).
 
 Each worker is a *spawned* process (never forked: OpenMP and oneDNN do not survive a fork once used) that
 builds its ``Translator`` once (``build``, a picklable callable, e.g. a ``functools.partial`` of a

@@ -444,8 +444,10 @@ std::vector<std::vector<std::pair<std::vector<int64_t>, double>>> beam_decode(
         ++filled;
       }
       TORCH_CHECK(filled == k, "fewer than K candidates other than EOS");
-      std::copy_n(next_pieces.data(), k * capacity, pieces.data() + b * k * capacity);
-      std::copy_n(next_slots.data(), k * capacity, slots.data() + b * k * capacity);
+      for (int64_t j = 0; j < k; ++j) {  // each beam's steps so far (the rest of its row is not read)
+        std::copy_n(next_pieces.data() + j * capacity, step + 1, pieces.data() + (b * k + j) * capacity);
+        std::copy_n(next_slots.data() + j * capacity, step + 1, slots.data() + (b * k + j) * capacity);
+      }
       done[b] = finished[s].done(step, scores[b * k], token(0) == id.eos, max_len[s], min_len[s], k, nbest, penalty,
                                  alpha, stopping);
       any_done = any_done || done[b];

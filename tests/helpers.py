@@ -72,10 +72,10 @@ def script_with_siblings(name: str, siblings: tuple[str, ...]) -> Iterator[Modul
             sys.modules.pop(module, None)
 
 
-def decode_beam_store(model, src, after_reorder=None) -> list:
+def decode_beam_store(model, src) -> list:
     """Beam search's decoding state through one fixed path: 3 sentences (``src`` (3, S), no padding) x 3 beams
     fanned out, beams swapping and repeating within a sentence, the third sentence leaving, beams within
-    again; random tokens fed. Every decode call's logits; ``after_reorder(cache)`` runs after each reorder."""
+    again; random tokens fed. Every decode call's logits."""
     import torch
 
     reorders = [torch.arange(3).repeat_interleave(3), torch.tensor([2, 0, 0, 5, 3, 4, 6, 6, 6]),
@@ -89,7 +89,5 @@ def decode_beam_store(model, src, after_reorder=None) -> list:
         if step == 2:
             enc.reorder(torch.tensor([0, 1]))  # the third sentence left
         tokens = torch.randint(4, 64, (keep.numel(), 1), generator=torch.Generator().manual_seed(step))
-        if after_reorder is not None:
-            after_reorder(cache)
     logits.append(model.decode(tokens, enc, cache))
     return logits

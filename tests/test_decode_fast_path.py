@@ -9,13 +9,11 @@ import math
 import pytest
 import torch
 from export_helpers import demo_model
-from helpers import decode_beam_store
 
 from mt.checkpoint import load_for_inference
 from mt.config import ModelConfig
 from mt.decode import Translator
 from mt.model import build_model
-from mt.model.beam_cache import BeamCache
 
 
 @pytest.fixture(scope="module")
@@ -91,18 +89,3 @@ def test_step_equals_the_modules_forward_bit_for_bit(options: dict) -> None:
     assert all(torch.equal(a, b) for a, b in zip(logits[True], logits[False], strict=True))
 
 
-@torch.inference_mode()
-def test_kept_beam_mask_decodes_like_the_mask_rebuilt_from_the_slot_table() -> None:
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(encoder_layers=1, decoder_layers=2, d_model=32, d_ff=64, heads=4), 64, 64).eval()
-    src = torch.randint(4, 64, (3, 6))
-    outputs = {}
-    for rebuilt in (False, True):
-
-        def check_and_rebuild(cache, rebuilt=rebuilt) -> None:
-            assert isinstance(cache, BeamCache)
-            if rebuilt:
-                cache.seen = None  # the next call builds its mask from the slot table
-
-        outputs[rebuilt] = decode_beam_store(model, src, check_and_rebuild)
-    assert all(torch.equal(a, b) for a, b in zip(outputs[False], outputs[True], strict=True))

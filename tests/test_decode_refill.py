@@ -170,8 +170,8 @@ def test_sentences_are_reported_once_as_they_end(model, batch, strategy: str) ->
 
 
 def test_sentences_join_a_beam_cache_right_after_its_first_step() -> None:
-    """Regression: right after step 0 fans out to K beams the cache has no mask rows yet; a join then
-    builds them from its slot table."""
+    """Regression: right after step 0 fans out to K beams (the slot table just made, one step wide), a
+    sentence joins; its beams see their own steps only."""
     torch.manual_seed(0)
     cfg = ModelConfig(encoder_layers=1, decoder_layers=2, d_model=32, d_ff=64, heads=4, dropout=0.0)
     model = build_model(cfg, VOCAB, VOCAB).eval()

@@ -107,6 +107,23 @@ def test_beam_reorders_copy_no_stored_keys_and_dropped_sentences_are_filled_in_p
     assert torch.allclose(step, full[rows, 5:9], atol=1e-5)
 
 
+def test_the_slot_table_holds_the_slot_each_beam_reads_at_each_step() -> None:
+    """Each step a beam writes its own slot (its place among the sentence's beams); a reorder gives each
+    new beam its ancestor's row of the table, so it reads its ancestors' keys."""
+    model, (src, src_mask), tgt = beam_setup(3, [5], 4)  # one sentence, tgt (3, T = 4)
+    enc = model.encode(src, src_mask)
+    cache = model.new_cache(beams_per_sentence=3)
+    with torch.inference_mode():
+        model.decode(tgt[:1, :1], enc, cache)  # step 0: one row
+        cache.reorder(torch.tensor([0, 0, 0]))  # fan out: every beam read slot 0 at step 0
+        assert cache.slots is not None and cache.slots.tolist() == [[0], [0], [0]]
+        model.decode(tgt[:, 1:2], enc, cache)
+        assert cache.slots.tolist() == [[0, 0], [0, 1], [0, 2]]
+        cache.reorder(torch.tensor([2, 0, 0]))
+        model.decode(tgt[:, 2:3], enc, cache)
+    assert cache.slots.dtype == torch.int32 and cache.slots.tolist() == [[0, 2, 0], [0, 0, 1], [0, 0, 2]]
+
+
 def test_one_beam_per_sentence_decodes_bit_for_bit_like_the_plain_cache() -> None:
     model, (src, src_mask), tgt = beam_setup(1, [5, 9, 4], 6)
     outputs = []

@@ -80,7 +80,7 @@ def test_cpp_step_decodes_like_the_python_step(native, options: dict) -> None:
 @pytest.mark.parametrize("options", [COVERED[0], COVERED[-1]], ids=["paper", "pre_ln,rope"])
 @torch.inference_mode()
 def test_cpp_step_decodes_beam_stores_like_the_python_step(native, options: dict) -> None:
-    """A beam store (3 sentences x 3 beams, slots read through the mask): fan-out, beams swapping and
+    """A beam store (3 sentences x 3 beams, slots read through the slot table): fan-out, beams swapping and
     repeating within a sentence, a sentence leaving; the same logits within 1e-4 at every step."""
     model = random_model(**options)
     src = torch.randint(4, 64, (3, 6))

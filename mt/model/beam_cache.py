@@ -16,7 +16,8 @@ the slot table ``slots`` (rows, length) records which slot each row reads at eac
 ancestor's), so beams that swap or repeat within a sentence rewrite only that small table (no stored
 key moves), and finished sentences are replaced by the last ones, so only those rows are copied
 (``select_rows_``). The K beams' queries then attend to their sentence's keys together
-(``mt.model.attention.grouped_attention``) under a mask built from the table once per call. This
+(``mt.model.attention.grouped_attention``) under a mask built from the table once per call; the C++
+step (``mt.model.native``) reads the table itself (``LayerStep.slots``). This
 sharing was measured at about 10-15% of beam-4 decoding speed against copying every beam's history
 every step.
 """
@@ -48,10 +49,7 @@ class BeamCache:
         self.beams_per_sentence = beams_per_sentence
         self.store = DecoderCache(n_layers, move_rows)  # one row per sentence; slots of its buffers = beams
         self.beams: int | None = None  # decoder rows per sentence now (1 or K); None before the first call
-        self.slots: Tensor | None = None  # (rows, length) the slot each row reads at each step (beams > 1)
-        self.seen: Tensor | None = None  # (rows, length * beams) the additive mask row of each row's last step
-        self._own: Tensor | None = None  # (rows, beams) the mask block of one new step (``_own_slot``)
-        self.dtype = torch.float32  # the masks' dtype: the last call's
+        self.slots: Tensor | None = None  # (rows, steps) int32: the slot each row reads at each step (beams > 1)
 
     @property
     def length(self) -> int:
@@ -75,7 +73,7 @@ class BeamCache:
 
     def start_call(self, rows: int, steps: int, enc: EncoderOut, dtype: torch.dtype) -> list[LayerStep]:
         """Check a call of ``rows`` x ``steps`` new tokens against ``enc`` (one row per sentence) and this
-        cache; extend the slot table; the per-layer caches for the call."""
+        cache; give each row's new keys its own slot in the slot table; the per-layer caches for the call."""
         k, sentences = self.beams_per_sentence, enc.out.size(0)
         if self.beams is None:
             if sentences == 0 or rows not in (sentences, sentences * k):
@@ -90,14 +88,19 @@ class BeamCache:
                 f"{self.sentences} sentences x {self.beams} beams (reorder the encoder output by sentence)"
             )
         self.store.keep_source(enc.pad_mask)
-        self.dtype = dtype
+        g = self.beams
         bias = self.store.source_bias(dtype)  # (sentences, 1, 1, S)
         if self.store.row_lengths is not None:  # sentences joined: each writes its own step
             at, extent = self.store.advance(steps)
-            mask = self._ragged_slot_mask(at, extent, dtype)
-            return [LayerStep(kv, bias, mask, self.beams, at, extent) for kv in self.store.layers]
-        mask = self._slot_mask(rows, steps, dtype, enc.pad_mask.device) if self.beams > 1 else None
-        return [LayerStep(kv, bias, mask, self.beams) for kv in self.store.layers]
+            if g == 1:
+                mask = ragged_mask(at, extent, dtype)[:, None, None, :]  # (sentences, 1, 1, L)
+                return [LayerStep(kv, bias, mask, 1, at, extent) for kv in self.store.layers]
+            mask = self._ragged_slot_mask(at.repeat_interleave(g), extent, dtype)
+            return [LayerStep(kv, bias, mask, g, at, extent, self.slots) for kv in self.store.layers]
+        if g == 1:
+            return [LayerStep(kv, bias) for kv in self.store.layers]
+        mask = self._slot_mask(rows, steps, dtype, enc.pad_mask.device)
+        return [LayerStep(kv, bias, mask, g, slots=self.slots) for kv in self.store.layers]
 
     def add_sentences(self, source_keys: list[tuple[Tensor, Tensor]], pad_mask: Tensor) -> None:
         """Append new sentences at step 0, K rows each (``DecoderCache.add_sentences``): their beams see
@@ -105,70 +108,45 @@ class BeamCache:
         if self.beams != self.beams_per_sentence:
             raise ValueError("sentences join a beam cache once it holds K rows a sentence (after its first reorder)")
         self.store.add_sentences(source_keys, pad_mask)
-        if self.beams > 1:
-            if self.seen is None:  # right after step 0's fan-out: the mask rows from the slot table
-                self.seen = self._seen_from_slots()
-            blocked = self.seen.new_full((pad_mask.size(0) * self.beams, self.seen.size(1)), float("-inf"))
-            self.seen = torch.cat([self.seen, blocked])
-        self.slots = None  # rows at different steps: ``seen`` alone holds what each row reads
+        if self.slots is not None:  # their table rows are written step by step from their step 0 on
+            joined = self.slots.new_zeros(pad_mask.size(0) * self.beams, self.slots.size(1))
+            self.slots = torch.cat([self.slots, joined])
 
-    def _seen_from_slots(self) -> Tensor:
-        """``seen`` (rows, L*g) as ``_slot_mask`` builds it, from the slot table, in the last call's dtype."""
-        assert self.slots is not None and self.beams is not None
-        allowed = self.slots.unsqueeze(-1) == torch.arange(self.beams, device=self.slots.device)  # (rows, L, g)
-        return additive_mask(~allowed, self.dtype).flatten(1)
-
-    def _ragged_slot_mask(self, at: Tensor, extent: int, dtype: torch.dtype) -> Tensor | None:
-        """``_slot_mask`` once sentences joined: each row's new key goes to its own slot at its
-        sentence's step ``at`` (sentences,), instead of after the last step."""
-        g = self.beams
-        assert g is not None
-        if g == 1:
-            return ragged_mask(at, extent, dtype)[:, None, None, :]  # (sentences, 1, 1, L)
-        if self.seen is None or self.seen.dtype != dtype:
-            raise ValueError("a beam cache with sentences at different steps decodes in one dtype")
-        rows = at.numel() * g
-        seen = self.seen.view(rows, -1, g)  # (rows, L', g)
-        if seen.size(1) > extent:  # the longest sentences left
-            seen = seen[:, :extent].contiguous()
-        elif seen.size(1) < extent:
-            seen = torch.cat([seen, seen.new_full((rows, extent - seen.size(1), g), float("-inf"))], dim=1)
-        seen[torch.arange(rows, device=at.device), at.repeat_interleave(g)] = self._own_slot(rows, dtype, at.device)
-        self.seen = seen.view(rows, extent * g)
-        return self.seen.view(rows // g, 1, g, extent * g)
+    def _own_slots(self, rows: int, device: torch.device) -> Tensor:
+        """(rows,) int32: the slot each row writes, its place among its sentence's beams (row % g)."""
+        assert self.beams is not None
+        return torch.arange(rows, dtype=torch.int32, device=device) % self.beams
 
     def _slot_mask(self, rows: int, steps: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """Give each row's new keys its own slot; the additive self-attention mask of the call,
-        (sentences, 1, g*T, L*g): row r's query at step t sees slot ``slots[r, s]`` of each step s <= t.
-
-        One step at a time (T = 1, every step of beam search) the mask is kept, not rebuilt: ``seen``
-        (rows, L*g) holds row r's mask row, and a step appends one (g,) block (0 at the row's own slot)
-        and a reorder selects rows, the same values as building it from ``slots``.
-        """
+        """Append this call's ``steps`` steps to the slot table, each row in its own slot; the additive
+        self-attention mask of the call, (sentences, 1, g*T, L*g): row r's query at step t sees slot
+        ``slots[r, s]`` of each step s <= t."""
         g = self.beams
         assert g is not None
-        own = (torch.arange(rows, device=device) % g).unsqueeze(1).expand(rows, steps)  # (rows, T)
-        self.slots = own if self.slots is None else torch.cat([self.slots, own], dim=1)  # (rows, L)
+        own = self._own_slots(rows, device).unsqueeze(1).expand(rows, steps)  # (rows, T)
+        self.slots = own.contiguous() if self.slots is None else torch.cat([self.slots, own], dim=1)  # (rows, L)
         length = self.slots.size(1)
-        if steps == 1 and self.seen is not None and self.seen.dtype == dtype:
-            self.seen = torch.cat([self.seen, self._own_slot(rows, dtype, device)], dim=1)  # (rows, L*g)
-            return self.seen.view(rows // g, 1, g, length * g)
-        allowed = self.slots.unsqueeze(-1) == torch.arange(g, device=device)  # (rows, L, g)
+        allowed = self.slots.unsqueeze(-1) == torch.arange(g, dtype=torch.int32, device=device)  # (rows, L, g)
         allowed = allowed.unsqueeze(1)  # (rows, 1, L, g)
         if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
             allowed = allowed & causal_mask(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
         mask = additive_mask(~allowed, dtype)
-        self.seen = mask[:, -1].reshape(rows, length * g)  # the last step's row: what the next step extends
         return mask.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
 
-    def _own_slot(self, rows: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """(rows, g) additive: 0 at each row's own slot (row % g), -inf elsewhere; made once per shape."""
-        if self._own is None or self._own.shape[0] != rows or self._own.dtype != dtype:
-            g = self.beams
-            assert g is not None
-            own = (torch.arange(rows, device=device) % g).unsqueeze(1) == torch.arange(g, device=device)
-            self._own = additive_mask(~own, dtype)
-        return self._own
+    def _ragged_slot_mask(self, at: Tensor, extent: int, dtype: torch.dtype) -> Tensor:
+        """``_slot_mask`` once sentences joined: row r's new key goes to its own slot at its sentence's
+        step ``at[r]`` (rows,), and it sees steps 0 .. at[r]. -> (sentences, 1, g, extent*g)."""
+        g, slots = self.beams, self.slots
+        assert g is not None and slots is not None
+        rows = at.numel()
+        if slots.size(1) < extent:  # wider than any step so far; a table wider than extent keeps its columns
+            slots = torch.cat([slots, slots.new_zeros(rows, extent - slots.size(1))], dim=1)
+        slots[torch.arange(rows, device=at.device), at] = self._own_slots(rows, at.device)
+        self.slots = slots
+        table = slots[:, :extent]  # (rows, L)
+        allowed = table.unsqueeze(-1) == torch.arange(g, dtype=torch.int32, device=at.device)  # (rows, L, g)
+        allowed = allowed & (torch.arange(extent, device=at.device) <= at.unsqueeze(1)).unsqueeze(-1)
+        return additive_mask(~allowed, dtype).view(rows // g, 1, g, extent * g)
 
     def reorder(self, index: Tensor) -> BeamCache:
         """New row j continues old row ``index[j]`` (LongTensor (sentences' x K,)), in place; the K new
@@ -191,16 +169,11 @@ class BeamCache:
         if self.beams < k:  # one row per sentence fans out to K beams
             for layer in self.store.layers:
                 layer.self_attn.widen(k)
-        if k > 1 and self.store.row_lengths is not None:  # ragged: the mask rows are the whole state
-            assert self.seen is not None
-            self.seen = self.seen.index_select(0, index)
-        elif k > 1:
-            old = self.slots
+        if k > 1:  # each new row reads what its ancestor read
             self.slots = (
-                old.index_select(0, index)
-                if old is not None
-                else torch.zeros(index.numel(), self.length, dtype=torch.long, device=index.device)
+                self.slots.index_select(0, index)
+                if self.slots is not None
+                else torch.zeros(index.numel(), self.length, dtype=torch.int32, device=index.device)
             )
-            self.seen = None if self.seen is None or old is None else self.seen.index_select(0, index)
         self.beams = k
         return self

@@ -199,6 +199,7 @@ class LayerStep:
     group: int = 1
     at: Tensor | None = None  # (rows,) a ragged batch's step of each buffer row; None: all at ``length``
     extent: int = 0  # with ``at``: the valid steps after this call
+    slots: Tensor | None = None  # (rows * group, >= L) int32: the slot each decoder row reads at each step
 
     def self_kv(self, k: Tensor, v: Tensor) -> CachedKeys:
         if self.at is not None:

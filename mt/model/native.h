@@ -8,7 +8,7 @@
 
 at::Tensor decoder_step(const at::Tensor& x, const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& self_k,
                         const std::vector<at::Tensor>& self_v, const at::Tensor& at, int64_t group,
-                        const c10::optional<at::Tensor>& self_mask, const std::vector<at::Tensor>& cross_k,
+                        const std::vector<at::Tensor>& cross_k,
                         const std::vector<at::Tensor>& cross_v, const at::Tensor& source_mask, int64_t heads,
                         bool pre_ln, double eps, const c10::optional<at::Tensor>& rope_cos,
                         const c10::optional<at::Tensor>& rope_sin, const c10::optional<at::Tensor>& self_slots);

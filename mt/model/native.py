@@ -10,7 +10,7 @@ headers needed; about a minute, then cached per CPU) and ``load_native`` returns
 where it cannot be built: decoding then runs the Python step. ``unsupported(decoder)`` names the options
 the C++ step does not cover (``Decoder.forward`` falls back to the Python step for them), and
 ``NativeSteps.takes`` the calls it does not take (the first call of a cache, several tokens a row). Greedy
-search, sampling and beam search (a beam store's slots, read through its mask) all run it. Its sums run in
+search, sampling and beam search (a beam store's slots, read through its slot table) all run it. Its sums run in
 another order than ATen's: hidden states within ~1e-5 of the Python step's.
 """
 
@@ -162,7 +162,7 @@ class NativeSteps(LayerWeights):
             and not torch.is_grad_enabled()
             and first.kv.cross_k is not None
             and first.kv.self_attn.keys is not None
-            and (first.group == 1 or first.self_mask is not None)
+            and (first.group == 1 or first.slots is not None)
             and self.rope_covers(first.extent if first.at is not None else first.kv.self_attn.length + 1)
         )
 
@@ -180,8 +180,8 @@ class NativeSteps(LayerWeights):
             buffer.reserve(extent)
         out = self.native.decoder_step(
             x.contiguous(), self.weights, [b.keys for b in buffers], [b.values for b in buffers], at, first.group,
-            first.self_mask if first.group > 1 else None, [s.kv.cross_k for s in steps],
-            [s.kv.cross_v for s in steps], first.source_mask, self.heads, self.pre_ln, self.eps, *self.rope, None,
+            [s.kv.cross_k for s in steps], [s.kv.cross_v for s in steps], first.source_mask, self.heads,
+            self.pre_ln, self.eps, *self.rope, first.slots if first.group > 1 else None,
         )
         for buffer in buffers:
             buffer.length = extent

@@ -9,8 +9,8 @@
 //
 // Coverage (mt.model.native.unsupported names the rest): float32, fused QKV (kv_heads == heads), no qk-norm,
 // ReLU, with or without rotary positions. Cache rows hold `group` decoder rows each: 1 (greedy, sampling), or a
-// beam store's beams, one slot each (mt.model.beam_cache), whose self-attention mask says which slot of each step
-// a beam reads. The encoder's layers run the same way (encoder_layers).
+// beam store's beams, one slot each (mt.model.beam_cache), whose slot table says which slot of each step a beam
+// reads. The encoder's layers run the same way (encoder_layers).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <pybind11/stl.h>
@@ -335,14 +335,13 @@ Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tenso
 
 // x (N, 1, D): the embedded new tokens, N = cache rows x group; w: prepare()'s tensors; self_k / self_v: each
 // layer's KVBuffer store (N / group, H, capacity, group, Dh); at (N / group,) int64: the step each cache row
-// writes (row r = c * group + j writes slot j of cache row c); with group 1 row r attends to its steps
-// 0 .. at[r], with more to the slots self_mask (N / group, 1, group, L * group) additive allows; cross_k /
-// cross_v (N / group, H, S, Dh); source_mask (N / group, 1, 1, S) additive; self_slots (optional, instead of
-// self_mask; int32 (N, capacity)): the slot row r reads at each step (the C++ beam search's table). -> (N, 1, D),
-// before any final norm. Writes each layer's new keys and values into the stores.
+// writes (row r = c * group + j writes slot j of cache row c), and row r attends to its steps 0 .. at[c]: with
+// group 1 to its own, with more to slot self_slots[r, t] of each step t (int32 (N, >= at + 1), needed then: the
+// beam store's slot table); cross_k / cross_v (N / group, H, S, Dh); source_mask (N / group, 1, 1, S) additive.
+// -> (N, 1, D), before any final norm. Writes each layer's new keys and values into the stores.
 Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& self_k,
                     const std::vector<Tensor>& self_v, const Tensor& at, int64_t group,
-                    const c10::optional<Tensor>& self_mask, const std::vector<Tensor>& cross_k,
+                    const std::vector<Tensor>& cross_k,
                     const std::vector<Tensor>& cross_v, const Tensor& source_mask, int64_t heads, bool pre_ln,
                     double eps, const c10::optional<Tensor>& rope_cos, const c10::optional<Tensor>& rope_sin,
                     const c10::optional<Tensor>& self_slots) {
@@ -354,14 +353,9 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   TORCH_CHECK(source_mask.scalar_type() == at::kFloat, "source_mask: float32");
   const bool slots = group > 1;
   const Rope rope = rope_of(rope_cos, rope_sin, dh);
-  const bool by_table = slots && self_slots.has_value();  // the slot table, else the mask
-  TORCH_CHECK(!by_table || (self_slots->scalar_type() == at::kInt && self_slots->is_contiguous() &&
-                            self_slots->dim() == 2 && self_slots->size(0) >= n),
-              "self_slots: contiguous int32 (N, capacity)");
-  TORCH_CHECK(!slots || by_table ||
-                  (self_mask.has_value() && self_mask->scalar_type() == at::kFloat && self_mask->dim() == 4 &&
-                   self_mask->size(2) == group && self_mask->size(3) % group == 0),
-              "self_mask: float32 (N / group, 1, group, L * group) for a group of several rows");
+  TORCH_CHECK(!slots || (self_slots.has_value() && self_slots->scalar_type() == at::kInt &&
+                         self_slots->is_contiguous() && self_slots->dim() == 2 && self_slots->size(0) >= n),
+              "self_slots: contiguous int32 (N, capacity) for a group of several rows");
   const int64_t d_ff = w[12].size(1), src = cross_k.at(0).size(2);
   const auto opts = x.options();
   Tensor xs = x.reshape({n, d}).clone();  // (N, D) the residual stream
@@ -372,19 +366,12 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
   const int64_t* steps = at.contiguous().data_ptr<int64_t>();
   const float* mask = source_mask.data_ptr<float>();
   const int64_t mask_row = source_mask.stride(0), mask_key = source_mask.stride(3);
-  int64_t most_keys = 0;  // keys a row may attend to: its steps (group 1), or every slot of L steps
+  int64_t most_keys = 0;  // keys a row attends to: its steps
   for (int64_t c = 0; c < n / group; ++c) most_keys = std::max(most_keys, steps[c] + 1);
-  const bool by_mask = slots && !by_table;
-  const float* slot_mask = by_mask ? self_mask->data_ptr<float>() : nullptr;
-  const int64_t slot_keys = by_mask ? self_mask->size(3) : most_keys * group;
-  const int64_t m0 = by_mask ? self_mask->stride(0) : 0, m2 = by_mask ? self_mask->stride(2) : 0;
-  const int64_t m3 = by_mask ? self_mask->stride(3) : 0;
-  const int32_t* table = by_table ? self_slots->data_ptr<int32_t>() : nullptr;
-  const int64_t table_row = by_table ? self_slots->size(1) : 0;
-  TORCH_CHECK(!by_table || most_keys <= table_row, "self_slots: a slot for every step");
-  if (slots) most_keys = slot_keys;
-  TORCH_CHECK(!rope.cos || (slots ? most_keys / group : most_keys) <= rope.positions,
-              "rope tables shorter than the output");
+  const int32_t* table = slots ? self_slots->data_ptr<int32_t>() : nullptr;
+  const int64_t table_row = slots ? self_slots->size(1) : 0;
+  TORCH_CHECK(!slots || most_keys <= table_row, "self_slots: a slot for every step");
+  TORCH_CHECK(!rope.cos || most_keys <= rope.positions, "rope tables shorter than the output");
 
   Residuals res{X, Hp, O, n, d, pre_ln, std::vector<float>(d)};
 
@@ -393,7 +380,7 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
     const Norm norm1 = norm_of(p + 4, eps), norm2 = norm_of(p + 10, eps), norm3 = norm_of(p + 16, eps);
     const Tensor &sk = self_k[l], &sv = self_v[l], &ck = cross_k[l], &cv = cross_v[l];
     check_kv(sk, "self keys"), check_kv(sv, "self values"), check_kv(ck, "source keys"), check_kv(cv, "source values");
-    TORCH_CHECK(sk.dim() == 5 && sk.size(3) == group && sk.size(2) * group >= most_keys &&
+    TORCH_CHECK(sk.dim() == 5 && sk.size(3) == group && sk.size(2) >= most_keys &&
                     sk.stride(2) == group * sk.stride(3) && sk.strides() == sv.strides(),
                 "self keys/values: (N / group, H, capacity, group, Dh), steps of group slots, the same layout");
     TORCH_CHECK(ck.strides() == cv.strides() && ck.size(2) == src, "source keys/values: the same layout");
@@ -415,14 +402,11 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
         float *k = K + c * s0 + hd * s1, *v = V + c * s0 + hd * s1;
         std::copy(row + d + hd * dh, row + d + (hd + 1) * dh, k + step * s2 + j * s3);
         std::copy(row + 2 * d + hd * dh, row + 2 * d + (hd + 1) * dh, v + step * s2 + j * s3);
-        if (by_table) {  // key t * group + slot: step t, the slot the row reads at step t
+        if (slots) {  // key t * group + slot: step t, the slot the row reads at step t
           int32_t* idx = scratch.idx.data();
           for (int64_t t = 0; t <= step; ++t) idx[t] = static_cast<int32_t>(t * group + table[r * table_row + t]);
           attend_keys(row + hd * dh, k, v, s3, idx, step + 1, nullptr, dh, A + r * d + hd * dh, scratch);
-        } else if (slots)  // key i: step i / group, slot i % group, where the mask row allows it
-          attend_one(row + hd * dh, k, v, s3, slot_keys, dh, slot_mask + c * m0 + j * m2, m3, A + r * d + hd * dh,
-                     scratch);
-        else
+        } else
           attend_one(row + hd * dh, k, v, s2, step + 1, dh, nullptr, 0, A + r * d + hd * dh, scratch);
       }
     });

@@ -49,7 +49,7 @@ class BeamCache:
         self.beams_per_sentence = beams_per_sentence
         self.store = DecoderCache(n_layers, move_rows)  # one row per sentence; slots of its buffers = beams
         self.beams: int | None = None  # decoder rows per sentence now (1 or K); None before the first call
-        self.slots: Tensor | None = None  # (rows, steps) int32: the slot each row reads at each step (beams > 1)
+        self.slots: Tensor | None = None  # (rows, >= steps) int32: the slot each row reads at each step (beams > 1)
 
     @property
     def length(self) -> int:
@@ -139,7 +139,7 @@ class BeamCache:
         g, slots = self.beams, self.slots
         assert g is not None and slots is not None
         rows = at.numel()
-        if slots.size(1) < extent:  # wider than any step so far; a table wider than extent keeps its columns
+        if slots.size(1) < extent:  # a new step: widen the table (wider than extent once the longest left: unread)
             slots = torch.cat([slots, slots.new_zeros(rows, extent - slots.size(1))], dim=1)
         slots[torch.arange(rows, device=at.device), at] = self._own_slots(rows, at.device)
         self.slots = slots

@@ -117,6 +117,11 @@ class BeamCache:
         assert self.beams is not None
         return torch.arange(rows, dtype=torch.int32, device=device) % self.beams
 
+    def _reads(self, table: Tensor) -> Tensor:
+        """table (rows, L) slots -> (rows, L, g) bool: True at the slot each row reads at each step."""
+        assert self.beams is not None
+        return table.unsqueeze(-1) == torch.arange(self.beams, dtype=table.dtype, device=table.device)
+
     def _slot_mask(self, rows: int, steps: int, dtype: torch.dtype, device: torch.device) -> Tensor:
         """Append this call's ``steps`` steps to the slot table, each row in its own slot; the additive
         self-attention mask of the call, (sentences, 1, g*T, L*g): row r's query at step t sees slot
@@ -126,8 +131,7 @@ class BeamCache:
         own = self._own_slots(rows, device).unsqueeze(1).expand(rows, steps)  # (rows, T)
         self.slots = own.contiguous() if self.slots is None else torch.cat([self.slots, own], dim=1)  # (rows, L)
         length = self.slots.size(1)
-        allowed = self.slots.unsqueeze(-1) == torch.arange(g, dtype=torch.int32, device=device)  # (rows, L, g)
-        allowed = allowed.unsqueeze(1)  # (rows, 1, L, g)
+        allowed = self._reads(self.slots).unsqueeze(1)  # (rows, 1, L, g)
         if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
             allowed = allowed & causal_mask(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
         mask = additive_mask(~allowed, dtype)
@@ -143,8 +147,7 @@ class BeamCache:
             slots = torch.cat([slots, slots.new_zeros(rows, extent - slots.size(1))], dim=1)
         slots[torch.arange(rows, device=at.device), at] = self._own_slots(rows, at.device)
         self.slots = slots
-        table = slots[:, :extent]  # (rows, L)
-        allowed = table.unsqueeze(-1) == torch.arange(g, dtype=torch.int32, device=at.device)  # (rows, L, g)
+        allowed = self._reads(slots[:, :extent])  # (rows, L, g)
         allowed = allowed & (torch.arange(extent, device=at.device) <= at.unsqueeze(1)).unsqueeze(-1)
         return additive_mask(~allowed, dtype).view(rows // g, 1, g, extent * g)
 

@@ -16,13 +16,15 @@ the slot table ``slots`` (rows, length) records which slot each row reads at eac
 ancestor's), so beams that swap or repeat within a sentence rewrite only that small table (no stored
 key moves), and finished sentences are replaced by the last ones, so only those rows are copied
 (``select_rows_``). The K beams' queries then attend to their sentence's keys together
-(``mt.model.attention.grouped_attention``) under a mask built from the table once per call; the C++
-step (``mt.model.native``) reads the table itself (``LayerStep.slots``). This
+(``mt.model.attention.grouped_attention``) under a mask built from the table once per call, when the
+Python step runs; the C++ step (``mt.model.native``) reads the table itself (``LayerStep.slots``). This
 sharing was measured at about 10-15% of beam-4 decoding speed against copying every beam's history
 every step.
 """
 
 from __future__ import annotations
+
+from functools import cache, partial
 
 import torch
 from torch import Tensor
@@ -95,12 +97,15 @@ class BeamCache:
             if g == 1:
                 mask = ragged_mask(at, extent, dtype)[:, None, None, :]  # (sentences, 1, 1, L)
                 return [LayerStep(kv, bias, mask, 1, at, extent) for kv in self.store.layers]
-            mask = self._ragged_slot_mask(at.repeat_interleave(g), extent, dtype)
-            return [LayerStep(kv, bias, mask, g, at, extent, self.slots) for kv in self.store.layers]
+            beam_at = at.repeat_interleave(g)  # (rows,) each beam at its sentence's step
+            table = self._write_ragged_slots(beam_at, extent)
+            mask = cache(partial(self._ragged_slot_mask, table, beam_at, extent, dtype))
+            return [LayerStep(kv, bias, None, g, at, extent, table, mask) for kv in self.store.layers]
         if g == 1:
             return [LayerStep(kv, bias) for kv in self.store.layers]
-        mask = self._slot_mask(rows, steps, dtype, enc.pad_mask.device)
-        return [LayerStep(kv, bias, mask, g, slots=self.slots) for kv in self.store.layers]
+        table = self._append_slots(rows, steps, enc.pad_mask.device)
+        mask = cache(partial(self._slot_mask, table, steps, dtype))
+        return [LayerStep(kv, bias, None, g, slots=table, slot_mask=mask) for kv in self.store.layers]
 
     def add_sentences(self, source_keys: list[tuple[Tensor, Tensor]], pad_mask: Tensor) -> None:
         """Append new sentences at step 0, K rows each (``DecoderCache.add_sentences``): their beams see
@@ -122,32 +127,43 @@ class BeamCache:
         assert self.beams is not None
         return table.unsqueeze(-1) == torch.arange(self.beams, dtype=table.dtype, device=table.device)
 
-    def _slot_mask(self, rows: int, steps: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """Append this call's ``steps`` steps to the slot table, each row in its own slot; the additive
-        self-attention mask of the call, (sentences, 1, g*T, L*g): row r's query at step t sees slot
-        ``slots[r, s]`` of each step s <= t."""
-        g = self.beams
-        assert g is not None
+    def _append_slots(self, rows: int, steps: int, device: torch.device) -> Tensor:
+        """Append this call's ``steps`` steps to the slot table, each row in its own slot; the table (rows, L)."""
         own = self._own_slots(rows, device).unsqueeze(1).expand(rows, steps)  # (rows, T)
         self.slots = own.contiguous() if self.slots is None else torch.cat([self.slots, own], dim=1)  # (rows, L)
-        length = self.slots.size(1)
-        allowed = self._reads(self.slots).unsqueeze(1)  # (rows, 1, L, g)
-        if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
-            allowed = allowed & causal_mask(steps, length, device)[None, :, :, None]  # (rows, T, L, g)
-        mask = additive_mask(~allowed, dtype)
-        return mask.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
+        return self.slots
 
-    def _ragged_slot_mask(self, at: Tensor, extent: int, dtype: torch.dtype) -> Tensor:
-        """``_slot_mask`` once sentences joined: row r's new key goes to its own slot at its sentence's
-        step ``at[r]`` (rows,), and it sees steps 0 .. at[r]. -> (sentences, 1, g, extent*g)."""
-        g, slots = self.beams, self.slots
-        assert g is not None and slots is not None
+    def _write_ragged_slots(self, at: Tensor, extent: int) -> Tensor:
+        """``_append_slots`` once sentences joined: row r's new key goes to its own slot at its sentence's
+        step ``at[r]`` (rows,); the table (rows, >= extent)."""
+        slots = self.slots
+        assert slots is not None
         rows = at.numel()
         if slots.size(1) < extent:  # a new step: widen the table (wider than extent once the longest left: unread)
             slots = torch.cat([slots, slots.new_zeros(rows, extent - slots.size(1))], dim=1)
         slots[torch.arange(rows, device=at.device), at] = self._own_slots(rows, at.device)
         self.slots = slots
-        allowed = self._reads(slots[:, :extent])  # (rows, L, g)
+        return slots
+
+    def _slot_mask(self, table: Tensor, steps: int, dtype: torch.dtype) -> Tensor:
+        """The additive self-attention mask of a call of ``steps`` steps, (sentences, 1, g*T, L*g): row r's
+        query at step t sees slot ``table[r, s]`` of each step s <= t."""
+        g = self.beams
+        assert g is not None
+        rows, length = table.shape
+        allowed = self._reads(table).unsqueeze(1)  # (rows, 1, L, g)
+        if steps > 1:  # query i of the call sits at step length - T + i and sees steps up to it
+            allowed = allowed & causal_mask(steps, length, table.device)[None, :, :, None]  # (rows, T, L, g)
+        mask = additive_mask(~allowed, dtype)
+        return mask.expand(rows, steps, length, g).reshape(rows // g, 1, g * steps, length * g)
+
+    def _ragged_slot_mask(self, table: Tensor, at: Tensor, extent: int, dtype: torch.dtype) -> Tensor:
+        """``_slot_mask`` once sentences joined: row r sees steps 0 .. at[r] (rows,) of ``table``.
+        -> (sentences, 1, g, extent*g)."""
+        g = self.beams
+        assert g is not None
+        rows = at.numel()
+        allowed = self._reads(table[:, :extent])  # (rows, L, g)
         allowed = allowed & (torch.arange(extent, device=at.device) <= at.unsqueeze(1)).unsqueeze(-1)
         return additive_mask(~allowed, dtype).view(rows // g, 1, g, extent * g)
 

@@ -200,13 +200,17 @@ class LayerStep:
     at: Tensor | None = None  # (rows,) a ragged batch's step of each buffer row; None: all at ``length``
     extent: int = 0  # with ``at``: the valid steps after this call
     slots: Tensor | None = None  # (rows * group, >= L) int32: the slot each decoder row reads at each step
+    # with ``slots``: builds ``self_mask`` from them, once for all layers, when the Python step needs it
+    # (the C++ step reads the table itself)
+    slot_mask: Callable[[], Tensor] | None = None
 
     def self_kv(self, k: Tensor, v: Tensor) -> CachedKeys:
+        mask = self.self_mask if self.slot_mask is None else self.slot_mask()
         if self.at is not None:
             keys, values = self.kv.self_attn.append_at(k, v, self.group, self.at, self.extent)
-            return CachedKeys(keys, values, self.self_mask, group=self.group)
+            return CachedKeys(keys, values, mask, group=self.group)
         keys, values = self.kv.self_attn.append(k, v, self.group)
-        return CachedKeys(keys, values, self.self_mask, is_causal=self.self_mask is None, group=self.group)
+        return CachedKeys(keys, values, mask, is_causal=mask is None, group=self.group)
 
     def cross_kv(self, project: Callable[[], tuple[Tensor, Tensor]]) -> CachedKeys:
         if self.kv.cross_k is None or self.kv.cross_v is None:

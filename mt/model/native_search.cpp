@@ -106,7 +106,8 @@ struct Decoder {
     Tensor x = at::empty({rows, 1, d()}, embedding.options());  // (N, 1, D)
     embed(embedding.data_ptr<float>(), positions.has_value() ? positions->data_ptr<float>() : nullptr, tokens, rows,
           step, scale, d(), x.data_ptr<float>());
-    Tensor h = decoder_step(x, w, self_k, self_v, at::full({rows / group}, step, at::kLong), group, cross_k, cross_v, source_mask, heads, pre_ln, eps, rope_cos, rope_sin, slots);  // (N, 1, D)
+    Tensor h = decoder_step(x, w, self_k, self_v, at::full({rows / group}, step, at::kLong), group, cross_k, cross_v,
+                            source_mask, heads, pre_ln, eps, rope_cos, rope_sin, slots);  // (N, 1, D)
     if (norm_gain.has_value())
       h = norm_shift.has_value() ? at::layer_norm(h, {d()}, norm_gain, norm_shift, norm_eps)
                                  : at::rms_norm(h, {d()}, norm_gain, norm_eps);

@@ -24,8 +24,6 @@ every step.
 
 from __future__ import annotations
 
-from functools import cache, partial
-
 import torch
 from torch import Tensor
 
@@ -38,7 +36,8 @@ from mt.model.cache import (
     additive_mask,
     check_index,
     is_identity,
-    ragged_mask,
+    mask_once,
+    ragged_self_mask,
 )
 
 
@@ -95,17 +94,17 @@ class BeamCache:
         if self.store.row_lengths is not None:  # sentences joined: each writes its own step
             at, extent = self.store.advance(steps)
             if g == 1:
-                mask = ragged_mask(at, extent, dtype)[:, None, None, :]  # (sentences, 1, 1, L)
+                mask = mask_once(ragged_self_mask, at, extent, dtype)
                 return [LayerStep(kv, bias, mask, 1, at, extent) for kv in self.store.layers]
             beam_at = at.repeat_interleave(g)  # (rows,) each beam at its sentence's step
             table = self._write_ragged_slots(beam_at, extent)
-            mask = cache(partial(self._ragged_slot_mask, table, beam_at, extent, dtype))
-            return [LayerStep(kv, bias, None, g, at, extent, table, mask) for kv in self.store.layers]
+            mask = mask_once(self._ragged_slot_mask, table, beam_at, extent, dtype)
+            return [LayerStep(kv, bias, mask, g, at, extent, table) for kv in self.store.layers]
         if g == 1:
             return [LayerStep(kv, bias) for kv in self.store.layers]
         table = self._append_slots(rows, steps, enc.pad_mask.device)
-        mask = cache(partial(self._slot_mask, table, steps, dtype))
-        return [LayerStep(kv, bias, None, g, slots=table, slot_mask=mask) for kv in self.store.layers]
+        mask = mask_once(self._slot_mask, table, steps, dtype)
+        return [LayerStep(kv, bias, mask, g, slots=table) for kv in self.store.layers]
 
     def add_sentences(self, source_keys: list[tuple[Tensor, Tensor]], pad_mask: Tensor) -> None:
         """Append new sentences at step 0, K rows each (``DecoderCache.add_sentences``): their beams see

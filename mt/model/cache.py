@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache, partial
 from typing import Literal, NamedTuple, Protocol
 
 import torch
@@ -195,17 +196,16 @@ class LayerStep:
 
     kv: LayerKV
     source_mask: Tensor  # (rows, 1, 1, S) additive
-    self_mask: Tensor | None = None  # (rows, 1, group*T, L*group) additive; None: plain causal
+    # builds the additive self-attention mask (rows, 1, group*T, L*group) when the Python step needs it, once
+    # for all layers (``mask_once``; the C++ step reads ``at`` and ``slots`` itself); None: plain causal
+    self_mask: Callable[[], Tensor] | None = None
     group: int = 1
     at: Tensor | None = None  # (rows,) a ragged batch's step of each buffer row; None: all at ``length``
     extent: int = 0  # with ``at``: the valid steps after this call
     slots: Tensor | None = None  # (rows * group, >= L) int32: the slot each decoder row reads at each step
-    # with ``slots``: builds ``self_mask`` from them, once for all layers, when the Python step needs it
-    # (the C++ step reads the table itself)
-    slot_mask: Callable[[], Tensor] | None = None
 
     def self_kv(self, k: Tensor, v: Tensor) -> CachedKeys:
-        mask = self.self_mask if self.slot_mask is None else self.slot_mask()
+        mask = None if self.self_mask is None else self.self_mask()
         if self.at is not None:
             keys, values = self.kv.self_attn.append_at(k, v, self.group, self.at, self.extent)
             return CachedKeys(keys, values, mask, group=self.group)
@@ -273,7 +273,7 @@ class DecoderCache:
         if self.row_lengths is None:
             return [LayerStep(kv, bias) for kv in self.layers]
         at, extent = self.advance(steps)
-        mask = ragged_mask(at, extent, dtype)[:, None, None, :]  # (rows, 1, 1, L)
+        mask = mask_once(ragged_self_mask, at, extent, dtype)
         return [LayerStep(kv, bias, mask, at=at, extent=extent) for kv in self.layers]
 
     def advance(self, steps: int) -> tuple[Tensor, int]:
@@ -438,7 +438,7 @@ def append_rows(
     narrowed source, ``LayerKV.narrow_source``) and that has room, only the new rows' own steps are
     written. Else the allocation doubles, as zeros, and takes ``store``'s first ``valid_steps`` steps (all
     by default). Whatever a row holds beyond its own steps (zeros, or the stale keys of a row that left)
-    is finite, and masked: the source pad mask, or a ragged batch's mask (``ragged_mask``)."""
+    is finite, and masked: the source pad mask, or a ragged batch's mask (``ragged_self_mask``)."""
     rows, n = store.size(0), new if isinstance(new, int) else new.size(0)
     width = store.size(2) if isinstance(new, int) else max(store.size(2), new.size(2))
     if (
@@ -461,9 +461,15 @@ def additive_mask(blocked: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.zeros(blocked.shape, dtype=dtype, device=blocked.device).masked_fill_(blocked, float("-inf"))
 
 
-def ragged_mask(at: Tensor, extent: int, dtype: torch.dtype) -> Tensor:
-    """(rows, extent) additive: row r sees steps ``0 .. at[r]`` (its own), -inf past them."""
-    return additive_mask(torch.arange(extent, device=at.device) > at.unsqueeze(1), dtype)  # (rows, L)
+def ragged_self_mask(at: Tensor, extent: int, dtype: torch.dtype) -> Tensor:
+    """(rows, 1, 1, extent) additive: row r's one query sees steps ``0 .. at[r]`` (its own), -inf past them."""
+    past = torch.arange(extent, device=at.device) > at.unsqueeze(1)  # (rows, L)
+    return additive_mask(past, dtype)[:, None, None, :]
+
+
+def mask_once(build: Callable[..., Tensor], *args) -> Callable[[], Tensor]:
+    """``LayerStep.self_mask``: ``build(*args)`` on the first call, the same tensor after it."""
+    return cache(partial(build, *args))
 
 
 def pad_steps(t: Tensor, width: int, dim: int) -> Tensor:

@@ -55,9 +55,10 @@ def test_libretranslate_json_string_and_list(server, engine):
 
 
 def test_a_string_of_lines_is_translated_line_by_line(server, engine):
-    text = "\n".join([LINES[0], "", LINES[1] + "\r"])
+    text = "\n".join([LINES[0], "", " " + LINES[1] + "\r"])
     answer = post(server, "/translate", json={"q": text, "source": "en", "target": "de"}).json()
-    assert answer["translatedText"] == "\n".join(reference(engine, [LINES[0], "", LINES[1]]))
+    first, second = reference(engine, [LINES[0], LINES[1]])
+    assert answer["translatedText"] == f"{first}\n\n {second}\r"  # every separator kept as it was
 
 
 def test_libretranslate_form_multipart_and_query(server, engine):
@@ -104,8 +105,10 @@ def test_v1_translate_options_nbest_and_scores(server, engine):
         ({"json": {"q": "one", "target": 7}}, 400, "target must be a string"),
         ({"json": {"q": "one", "target": "fr"}}, 400, "fr is not supported"),
         ({"json": {"q": "one", "source": "cs", "target": "de"}}, 400, "cs is not supported"),
-        ({"json": {"q": "one", "target": "de", "format": "html"}}, 400, "format html is not supported"),
-        ({"json": {"q": "\n".join(["one"] * 9), "target": "de"}}, 400, "more than --max-lines 8"),
+        ({"json": {"q": "one", "target": "de", "format": "xml"}}, 400, "format xml is not supported"),
+        ({"json": {"q": "\n".join(["one"] * 9), "target": "de"}}, 400, "9 sentences in one request, more than"),
+        ({"json": {"q": "one", "target": "de", "alternatives": -1}}, 400, "alternatives must be a whole number"),
+        ({"json": {"q": "one", "target": "de", "alternatives": 99}}, 400, "alternatives must be a whole number"),
         ({"content": b'{"q": "\xff", "target": "de"}', "headers": {"content-type": "application/json"}}, 400,
          "not valid UTF-8"),
         ({"content": b'{"q": "\\ud800", "target": "de"}', "headers": {"content-type": "application/json"}}, 400,
@@ -200,34 +203,14 @@ def test_api_keys(strict_server):
     assert post(strict_server, "/v1/translate", json={"q": "one"}).status_code == 403
 
 
-def test_too_long_line_is_rejected_with_its_number(strict_server):
+def test_a_sentence_over_the_limit_is_cut_and_every_piece_translated(strict_server):
+    """With the model's 5-piece limit a long line is cut at word boundaries into sentences that fit, never
+    rejected or truncated (--on-too-long is mt-translate's, for lines it does not split)."""
     long_line = " ".join(LINES[:4])
     body = {"q": ["one", long_line], "target": "de", "api_key": "secret-one"}
-    response = post(strict_server, "/translate", json=body)
-    assert response.status_code == 400
-    assert "line 2:" in response.json()["error"] and "more than the model's 5" in response.json()["error"]
-
-
-@pytest.mark.filterwarnings("ignore:line 1.*truncated")  # the server's own warning, from its worker thread
-def test_too_long_line_is_truncated_by_default(server, engine):
-    engine_limit = engine.translator.max_src_len
-    engine.translator.max_src_len = 3
-    try:
-        long_line = " ".join(LINES[:3])
-        answer = post(server, "/translate", json={"q": long_line, "target": "de"})
-        assert answer.status_code == 200
-        assert answer.json()["translatedText"] == reference_truncated(engine, long_line, 3)
-    finally:
-        engine.translator.max_src_len = engine_limit
-
-
-def reference_truncated(engine, line: str, limit: int) -> str:
-    from mt.decode import Translator
-
-    t = engine.translator
-    translator = Translator(t.model, t.tokenizers, t.cfg, "cpu", max_positions=t.max_positions, max_src_len=limit)
-    with pytest.warns(UserWarning, match="truncated"):
-        return translator.translate([line])[0]
+    response = post(strict_server, "/v1/translate", json=body | {"scores": True})
+    assert response.status_code == 200, response.text
+    assert all(t["text"] for t in response.json()["translations"])
 
 
 def test_errors_never_leak_the_api_key_into_the_body(strict_server):

@@ -85,6 +85,25 @@ class Tokenizer:
         n = self.vocab_size
         return self._sp.decode([i for i in ids if i not in SPECIAL_IDS and 0 <= i < n])
 
+    def encode_with_spans(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Piece ids of ``text`` and each piece's ``[start, end)`` character span in ``text`` (a piece that
+        only marks a space, ``▁``, covers that space)."""
+        proto = self._sp.encode(text, return_type="proto")
+        char_at = _char_offsets(text)
+        spans = [(char_at[p.begin], char_at[p.end]) for p in proto.pieces]
+        return [p.id for p in proto.pieces], spans
+
+    def decode_with_spans(self, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
+        """``decode(ids)`` and each id's ``[start, end)`` character span in it (empty for skipped ids),
+        measured on the decoded prefixes, so spans follow the detokenizer's own rules."""
+        text = self.decode(ids)
+        spans, end = [], 0
+        for k in range(len(ids)):
+            start = end
+            end = max(start, min(len(self.decode(ids[: k + 1])), len(text)))
+            spans.append((start, end))
+        return text, spans
+
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(i)
 
@@ -95,6 +114,15 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+def _char_offsets(text: str) -> list[int]:
+    """For each UTF-8 byte offset of ``text`` (and its end), the offset of the character it falls in."""
+    out = []
+    for i, char in enumerate(text):
+        out.extend([i] * len(char.encode("utf-8", "surrogatepass")))
+    out.append(len(text))
+    return out
 
 
 @dataclass(frozen=True)

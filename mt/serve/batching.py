@@ -60,6 +60,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     target: str | None = None  # the tag language of a model of several targets (None: no tag)
+    align: Sequence[bool] | None = None  # per line: give its best translation's word links too
     queued_at: float = field(default_factory=time.monotonic)
 
 
@@ -187,10 +188,12 @@ class BatchingWorker:
             return
         lines = [line for job in batch for line in job.lines]
         targets = [job.target for job in batch for _ in job.lines]
+        align = [bool(job.align and job.align[k]) for job in batch for k in range(len(job.lines))]
         answers = Answers(batch)
         start = time.monotonic()
         try:
-            outputs = self.engine.translate(lines, batch[0].options, targets, on_done=answers.lines_done)
+            outputs = self.engine.translate(lines, batch[0].options, targets, on_done=answers.lines_done,
+                                            align=align if any(align) else None)
             answers.finish(outputs)
         except Exception as e:  # noqa: BLE001  (one bad batch fails its requests, not the server)
             answers.fail(BatchFailed(f"{type(e).__name__}: {e}"))

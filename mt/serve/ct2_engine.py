@@ -21,6 +21,7 @@ from pathlib import Path
 from mt.config import DecodeConfig, validate_group
 from mt.data import Tokenizer, Tokenizers
 from mt.data.languages import lang_tag
+from mt.decode.align import AlignInput, piece_words, word_links
 from mt.decode.translator import line_targets
 from mt.errors import UserError
 from mt.serve.engine import LinesDone, Options, Output, resolve
@@ -143,25 +144,45 @@ class Ct2Engine:
 
     def translate(
         self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None,
-        on_done: LinesDone | None = None,
+        on_done: LinesDone | None = None, align: Sequence[bool] | None = None,
     ) -> list[Output]:
         """The outputs of ``lines`` from one ``translate_batch`` call (CTranslate2 sorts and batches them
-        itself), so ``on_done`` hears of every line at the end."""
-        outputs = self._translate(lines, options, targets)
+        itself), so ``on_done`` hears of every line at the end; the ``align`` lines get word links from
+        CTranslate2's attention (``return_attention``: its alignment heads, the export's default)."""
+        outputs = self._translate(lines, options, targets, align)
         if on_done is not None:
             on_done(list(enumerate(outputs)))
         return outputs
 
-    def _translate(self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None) -> list[Output]:
+    def _translate(self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None,
+                   align: Sequence[bool] | None = None) -> list[Output]:
         todo = [i for i, line in enumerate(lines) if line.strip()]
         outputs = [Output([], [], 0, 0) for _ in lines]
         if not todo:
             return outputs
         targets = line_targets(targets, len(lines))  # as the Translator reads them
         sources = [self._pieces(lines[i], targets[i]) for i in todo]
-        results = self.translator.translate_batch(sources, **self.search_options(self.settings(options)))
+        attention = align is not None and any(align)
+        results = self.translator.translate_batch(sources, **self.search_options(self.settings(options)),
+                                                  return_attention=attention)
         tgt = self.tokenizers.tgt
         for i, source, result in zip(todo, sources, results, strict=True):
             texts = [tgt.decode(self._piece_ids[p] for p in hyp) for hyp in result.hypotheses]
-            outputs[i] = Output(texts, list(result.scores), len(source), len(result.hypotheses[0]) + 1)
+            ids = [self._piece_ids[p] for p in result.hypotheses[0]]
+            links = self._links(lines[i], targets[i], ids, result.attention[0]) if attention and align[i] else None
+            outputs[i] = Output(texts, list(result.scores), len(source), len(result.hypotheses[0]) + 1, links)
         return outputs
+
+    def _links(self, line: str, target: str | None, tgt_ids: list[int], weights: list) -> list[tuple[int, int]]:
+        """Word links of ``line`` and its translation ``tgt_ids`` from CTranslate2's attention (T, S)."""
+        import torch
+
+        prefix = len(self._tag(target))
+        ids, spans = self.tokenizers.src.encode_with_spans(line)
+        src_words = ([-1] * prefix + piece_words(line, spans))[: self._max_src_len]
+        text, tgt_spans = self.tokenizers.tgt.decode_with_spans(tgt_ids)
+        pair = AlignInput([0] * len(src_words), src_words, tgt_ids, piece_words(text, tgt_spans), prefix)
+        matrix = torch.zeros(len(tgt_ids) + 1, len(src_words) + 1)  # (T+1, S+1), as mt.decode.align's
+        found = torch.tensor(weights, dtype=torch.float32)[: len(tgt_ids), : len(src_words)]
+        matrix[: found.shape[0], : found.shape[1]] = found
+        return word_links(matrix, pair, shift=False)

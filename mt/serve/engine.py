@@ -18,6 +18,7 @@ from typing import Protocol
 
 from mt.config import DecodeConfig, validate_group
 from mt.decode import Translation, Translator
+from mt.decode.translator import line_targets
 from mt.model.packed_linear import padded_rows
 
 
@@ -39,6 +40,7 @@ class Output:
     scores: list[float]
     src_tokens: int  # source pieces fed to the model, EOS excluded
     tgt_tokens: int  # generated pieces of the best hypothesis plus EOS
+    links: list[tuple[int, int]] | None = None  # (source word, target word) of the best, where asked for
 
     @property
     def text(self) -> str:
@@ -84,8 +86,9 @@ class Engine(Protocol):
 
     def translate(
         self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None,
-        on_done: LinesDone | None = None,
-    ) -> list[Output]: ...  # ``targets``: each line's tag language (None: no tag); ``on_done``: see the module doc
+        on_done: LinesDone | None = None, align: Sequence[bool] | None = None,
+    ) -> list[Output]: ...  # ``targets``: each line's tag language (None: no tag); ``on_done``: see the module doc;
+    # ``align``: the lines whose best translation also gets its word links (``Output.links``)
 
 
 class TorchEngine:
@@ -117,17 +120,27 @@ class TorchEngine:
 
     def translate(
         self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None,
-        on_done: LinesDone | None = None,
+        on_done: LinesDone | None = None, align: Sequence[bool] | None = None,
     ) -> list[Output]:
         """The outputs of ``lines``; the Translator sorts them by length and decodes them in batches of
-        similar lengths, and ``on_done`` hears of each batch as it ends."""
+        similar lengths, and ``on_done`` hears of each batch as it ends, its ``align`` lines aligned."""
         translator = self._translator(self.settings(options))
+        per_line = line_targets(targets, len(lines))
+        outputs: list[Output | None] = [None] * len(lines)
 
         def batch_done(done: list[tuple[int, Translation]]) -> None:
+            aligned = [(i, tr) for i, tr in done if align is not None and align[i]]
+            links = translator.align([lines[i] for i, _ in aligned], [tr for _, tr in aligned],
+                                     [per_line[i] for i, _ in aligned]) if aligned else []
+            link_of = {i: found for (i, _), found in zip(aligned, links, strict=True)}
+            finished = [(i, as_output(tr, link_of.get(i))) for i, tr in done]
+            for i, output in finished:
+                outputs[i] = output
             if on_done is not None:
-                on_done([(i, as_output(tr)) for i, tr in done])
+                on_done(finished)
 
-        return [as_output(tr) for tr in translator.translate_nbest(lines, target_lang=targets, on_batch=batch_done)]
+        translator.translate_nbest(lines, target_lang=targets, on_batch=batch_done)
+        return [output for output in outputs if output is not None]
 
     def fill(self, max_batch_tokens: int, target: str | None = None) -> int:
         """Decode the largest batch the settings allow, every output at its length limit; returns its lines.
@@ -209,7 +222,7 @@ def source_row_batches(max_rows: int, max_sentences: int, lengths: Sequence[int]
     return pairs
 
 
-def as_output(translation: Translation) -> Output:
-    """The engine's view of a Translator result."""
+def as_output(translation: Translation, links: list[tuple[int, int]] | None = None) -> Output:
+    """The engine's view of a Translator result (with the best hypothesis' word links, if any)."""
     tr = translation
-    return Output(tr.texts, [h.score for h in tr.hypotheses], tr.src_tokens, tr.tgt_tokens)
+    return Output(tr.texts, [h.score for h in tr.hypotheses], tr.src_tokens, tr.tgt_tokens, links)

@@ -40,7 +40,8 @@ class Front:
         if not self.worker.ready.is_set():
             raise ApiError(503, "the model is warming up; retry shortly", {"Retry-After": "1"})
 
-    def job(self, lines: Sequence[str], options: Options, target: str | None = None) -> Job:
+    def job(self, lines: Sequence[str], options: Options, target: str | None = None,
+            align: Sequence[bool] | None = None) -> Job:
         """A job for ``lines`` into ``target`` (a tag language, or None): options resolved (400 if invalid),
         lengths checked, its batch cost counted."""
         try:
@@ -51,15 +52,18 @@ class Front:
             raise bad_request(f"beam {cfg.beam_size} is more than --max-beam {self.settings.max_beam}")
         cost = sum(line_costs(self.engine, lines, rows_per_line(cfg), target))
         loop = asyncio.get_running_loop()
-        return Job(list(lines), options, cost, cfg.strategy != "sample", loop, loop.create_future(), target)
+        return Job(list(lines), options, cost, cfg.strategy != "sample", loop, loop.create_future(), target, align)
 
     async def translate(
-        self, request: Request, lines: Sequence[str], options: Options, target: str | None = None
+        self, request: Request, lines: Sequence[str], options: Options, target: str | None = None,
+        align: Sequence[bool] | None = None,
     ) -> list[Output]:
-        """The outputs of ``lines`` (into ``target``, a tag language or None) in order; ApiError for a refusal
-        (429, 500, 504), ClientLeft if the client left."""
+        """The outputs of ``lines`` (into ``target``, a tag language or None) in order, the ``align`` ones with
+        their word links; ApiError for a refusal (429, 500, 504), ClientLeft if the client left."""
         self.check_ready()
-        job = self.job(lines, options, target)
+        if not lines:
+            return []
+        job = self.job(lines, options, target, align)
         try:
             self.worker.submit(job)
         except QueueFull as e:

@@ -3,8 +3,9 @@
 As LibreTranslate reads them: a JSON body (``Content-Type: application/json``) holds every parameter;
 otherwise form fields (urlencoded or multipart) and query parameters are merged (query first, as
 Flask's ``request.values`` does). ``q`` is a string or (JSON only) a list of strings, and the answer's
-``translatedText`` has the same shape. A string may hold several lines: each is translated on its own
-(one sentence a line) and the answer keeps the line breaks. Bytes that are not UTF-8 are a 400.
+``translatedText`` has the same shape. Each string is a document (``format=text``: plain text, every line
+break and blank line kept; ``format=html``: markup kept), split into sentences (``mt.serve.documents``).
+Bytes that are not UTF-8 are a 400.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
-from mt.serve.limits import check_line_count, check_text, split_lines
+from mt.serve.limits import check_text
 from mt.serve.problems import bad_request
 
 LANGUAGE_NAMES = {
@@ -99,26 +100,24 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
     return fields
 
 
+FORMATS = ("text", "html")
+
+
 @dataclass(frozen=True)
 class TextRequest:
-    """``q`` as items of lines; ``is_list`` says whether the answer is a list."""
+    """``q`` as a list of texts (``is_list``: whether the answer is a list), its languages, its format
+    (``text`` or ``html``) and how many alternatives the answer lists for each text (0: none)."""
 
-    items: list[list[str]]
+    texts: list[str]
     is_list: bool
     source: str
     target: str
+    format: str = "text"
+    alternatives: int = 0
 
-    @property
-    def lines(self) -> list[str]:
-        return [line for item in self.items for line in item]
-
-    def shape(self, translated: list[str]) -> str | list[str]:
-        """The translated lines joined back into ``q``'s shape."""
-        out, start = [], 0
-        for item in self.items:
-            out.append("\n".join(translated[start : start + len(item)]))
-            start += len(item)
-        return out if self.is_list else out[0]
+    def shape(self, translated: list[Any]) -> Any:
+        """One value per text, in ``q``'s shape (a list, or the one value)."""
+        return translated if self.is_list else translated[0]
 
 
 def string_param(params: dict[str, Any], name: str, default: str | None = None) -> str:
@@ -134,30 +133,44 @@ def string_param(params: dict[str, Any], name: str, default: str | None = None) 
     return value
 
 
-def text_items(q: Any) -> tuple[list[list[str]], bool]:
-    """``q`` (a string or a list of strings) as items of lines; 400 for anything else."""
+def count_param(params: dict[str, Any], name: str, most: int) -> int:
+    """A whole number 0..``most`` (JSON number, or a form field's digits); 400 otherwise."""
+    value = params.get(name, 0)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise bad_request(f"Invalid request: {name} must be a whole number from 0 to {most}, got {value!r}")
+    return value
+
+
+def text_items(q: Any) -> tuple[list[str], bool]:
+    """``q`` (a string or a list of strings) as a list of texts; 400 for anything else or nothing at all."""
     if isinstance(q, str):
-        check_text(q, "q")
-        return ([split_lines(q)] if q else []), False
-    if isinstance(q, list) and all(isinstance(item, str) for item in q):
-        for item in q:
-            check_text(item, "q")
-        return [split_lines(item) for item in q], True
-    raise bad_request("Invalid request: q must be a string or a list of strings")
+        texts, is_list = [q], False
+    elif isinstance(q, list) and all(isinstance(item, str) for item in q):
+        texts, is_list = list(q), True
+    else:
+        raise bad_request("Invalid request: q must be a string or a list of strings")
+    for item in texts:
+        check_text(item, "q")
+    if not any(texts):
+        raise bad_request("Invalid request: missing q parameter")
+    return texts, is_list
 
 
-def parse_text_request(params: dict[str, Any], max_lines: int, default_source: str = "") -> TextRequest:
-    """q, source and target checked for presence and type (the languages are checked against the model later)."""
+def parse_text_request(params: dict[str, Any], max_alternatives: int, default_source: str = "") -> TextRequest:
+    """q, source, target, format and alternatives checked for presence and type (the languages are checked
+    against the model later, the sentence count once the texts are split)."""
     if "q" not in params or params["q"] is None:
         raise bad_request("Invalid request: missing q parameter")
-    items, is_list = text_items(params["q"])
-    check_line_count(sum(len(item) for item in items), max_lines)
+    texts, is_list = text_items(params["q"])
     source = string_param(params, "source", default_source or None)
     target = string_param(params, "target")
     text_format = string_param(params, "format", "text")
-    if text_format != "text":
-        raise bad_request(f"format {text_format} is not supported (text only)")
-    return TextRequest(items, is_list, source, target)
+    if text_format not in FORMATS:
+        raise bad_request(f"format {text_format} is not supported (text or html)")
+    alternatives = count_param(params, "alternatives", max_alternatives)
+    return TextRequest(texts, is_list, source, target, text_format, alternatives)
 
 
 def check_languages(

@@ -47,11 +47,10 @@ def check_text(text: str, what: str) -> None:
         raise bad_request(f"{what} is not valid Unicode (a lone surrogate)") from None
 
 
-def check_line_count(count: int, max_lines: int) -> None:
-    if count == 0:
-        raise bad_request("Invalid request: missing q parameter")
+def check_sentence_count(count: int, max_lines: int) -> None:
+    """400 for more sentences (lines, when they are not split) in one request than ``--max-lines``."""
     if count > max_lines:
-        raise bad_request(f"{count} lines in one request, more than --max-lines {max_lines}")
+        raise bad_request(f"{count} sentences in one request, more than --max-lines {max_lines}")
 
 
 def line_costs(engine: Engine, lines: Sequence[str], rows: int, target: str | None = None) -> list[int]:

@@ -10,7 +10,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 
-from mt.serve.engine import Options, Output
+from mt.document.errors import DocumentError
+from mt.serve.documents import Planned, plan, text_document
+from mt.serve.engine import Engine, Options, Output
 from mt.serve.front import ClientLeft, Front
 from mt.serve.libretranslate import (
     check_languages,
@@ -20,7 +22,7 @@ from mt.serve.libretranslate import (
     read_params,
     text_items,
 )
-from mt.serve.limits import check_api_key, check_line_count
+from mt.serve.limits import check_api_key, check_sentence_count, split_lines
 from mt.serve.metrics import Metrics
 from mt.serve.problems import bad_request
 from mt.serve.schemas import (
@@ -70,18 +72,47 @@ async def translate(request: Request) -> Any:
     service = front(request)
     params = await read_params(request)
     check_api_key(params.get("api_key"), service.settings.api_keys)
-    text = parse_text_request(params, service.settings.max_lines, default_source="auto")
+    text = parse_text_request(params, service.settings.max_beam - 1, default_source="auto")
     engine = service.engine
     tag = check_languages(text.source, text.target, engine.source_lang, engine.target_langs, engine.tagged)
+    planned = plan_request(service, text.texts, text.format, text.source, tag)
+    options = alternatives_options(engine, text.alternatives) if text.alternatives else Options()
     try:
-        outputs = await service.translate(request, text.lines, Options(), tag)
+        outputs = await service.translate(request, planned.sentences, options, tag, planned.needs_alignment)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
-    answer: dict[str, Any] = {"translatedText": text.shape([o.text for o in outputs])}
+    answer: dict[str, Any] = {"translatedText": text.shape([b.decode("utf-8") for b in planned.finish(outputs)])}
     if text.source == "auto":
         detected = {"confidence": 100.0, "language": service.engine.source_lang}  # one source language
-        answer["detectedLanguage"] = [detected] * len(text.items) if text.is_list else detected
+        answer["detectedLanguage"] = [detected] * len(text.texts) if text.is_list else detected
+    if text.alternatives:
+        found = planned.alternatives(outputs, text.alternatives) if text.format == "text" else [[]] * len(text.texts)
+        answer["alternatives"] = text.shape([[b.decode("utf-8") for b in alts] for alts in found])
     return answer
+
+
+def plan_request(service: Front, texts: list[str], text_format: str, source: str, tag: str | None) -> Planned:
+    """The request's texts as documents cut into sentences (400 for more than ``--max-lines`` sentences)."""
+    if text_format == "html":
+        from mt.document.formats.html import read_fragment
+
+        try:
+            documents = [read_fragment(text) for text in texts]
+        except DocumentError as e:
+            raise bad_request(f"Invalid request: {e}") from None
+    else:
+        documents = [text_document(text) for text in texts]
+    language = service.engine.source_lang if source == "auto" else source
+    planned = plan(documents, language, service.engine, tag)
+    check_sentence_count(len(planned.sentences), service.settings.max_lines)
+    return planned
+
+
+def alternatives_options(engine: Engine, count: int) -> Options:
+    """Beam search wide enough for ``count`` alternatives beside the best (the server's beam, or wider)."""
+    cfg = engine.settings(Options())
+    return Options(strategy="beam", beam=max(cfg.beam_size if cfg.strategy == "beam" else 1, count + 1),
+                   nbest=count + 1)
 
 
 def v1_request(body: dict[str, Any]) -> TranslateV1Request:
@@ -91,6 +122,21 @@ def v1_request(body: dict[str, Any]) -> TranslateV1Request:
         first = e.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         raise bad_request(f"Invalid request: {where}: {first['msg']}") from None
+
+
+def document_outputs(planned: Planned, outputs: list[Output], nbest: int) -> list[Output]:
+    """One output per text of the request: its best translation and ``nbest - 1`` alternatives (each
+    sentence's k-th hypothesis), scored by the sum of its sentences' scores."""
+    best = [b.decode("utf-8") for b in planned.finish(outputs)]
+    others = planned.alternatives(outputs, nbest - 1) if nbest > 1 else [[] for _ in best]
+    out, at = [], 0
+    for text, alternatives, part in zip(best, others, planned.plans, strict=True):
+        sentences = outputs[at : at + len(part.sentences)]
+        at += len(part.sentences)
+        texts = [text, *(b.decode("utf-8") for b in alternatives)]
+        scores = [sum(o.scores[min(k, len(o.scores) - 1)] for o in sentences if o.scores) for k in range(len(texts))]
+        out.append(Output(texts, scores, sum(o.src_tokens for o in sentences), sum(o.tgt_tokens for o in sentences)))
+    return out
 
 
 def line_translation(output: Output, nbest: int, scores: bool) -> dict[str, Any]:
@@ -119,20 +165,27 @@ async def translate_v1(request: Request) -> Any:
     body = await read_json_object(request)
     check_api_key(body.get("api_key"), service.settings.api_keys)
     req = v1_request(body)
-    items, _ = text_items(req.q)
-    lines = [line for item in items for line in item]
-    check_line_count(len(lines), service.settings.max_lines)
+    texts, _ = text_items(req.q)
     engine = service.engine
     tag = check_languages(req.source, req.target or None, engine.source_lang, engine.target_langs, engine.tagged)
+    if req.split_sentences:
+        planned = plan_request(service, texts, req.format, req.source, tag)
+        lines = planned.sentences
+    else:
+        lines = [line for text in texts for line in split_lines(text)]
+        check_sentence_count(len(lines), service.settings.max_lines)
     options = Options(req.strategy, req.beam, req.nbest, req.alpha)
     try:
-        outputs = await service.translate(request, lines, options, tag)
+        outputs = await service.translate(request, lines, options, tag,
+                                          planned.needs_alignment if req.split_sentences else None)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
     cfg = engine.settings(options)
     nbest = cfg.nbest if cfg.strategy == "beam" else 1
     settings = {"strategy": cfg.strategy, "beam": cfg.beam_size, "nbest": nbest, "alpha": cfg.alpha,
                 "length_penalty": cfg.length_penalty}
+    if req.split_sentences:
+        outputs = document_outputs(planned, outputs, nbest)
     return {
         "translations": [line_translation(o, nbest, req.scores) for o in outputs],
         "settings": settings,

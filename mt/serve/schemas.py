@@ -14,10 +14,11 @@ MAX_ALPHA = 10.0
 class LibreTranslateRequest(BaseModel):
     """POST /translate, LibreTranslate's parameters (also accepted as form fields or query parameters)."""
 
-    q: str | list[str] = Field(description="text (one sentence a line) or a list of texts")
+    q: str | list[str] = Field(description="text (paragraphs, any number of sentences) or a list of texts")
     source: str = Field("auto", description="source language code, or auto")
     target: str = Field(description="target language code")
-    format: Literal["text"] = "text"
+    format: Literal["text", "html"] = Field("text", description="html: the markup is kept around the translation")
+    alternatives: int = Field(0, ge=0, description="alternative translations to list beside the best (text only)")
     api_key: str | None = None
 
 
@@ -25,7 +26,8 @@ class LibreTranslateForm(BaseModel):
     q: str
     source: str = "auto"
     target: str
-    format: Literal["text"] = "text"
+    format: Literal["text", "html"] = "text"
+    alternatives: int = 0
     api_key: str | None = None
 
 
@@ -37,6 +39,7 @@ class DetectedLanguage(BaseModel):
 class LibreTranslateResponse(BaseModel):
     translatedText: str | list[str]  # noqa: N815  (LibreTranslate's name)
     detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = None  # noqa: N815  (with source=auto)
+    alternatives: list[str] | list[list[str]] | None = None  # with alternatives > 0
 
 
 class ErrorResponse(BaseModel):
@@ -54,7 +57,9 @@ class TranslateV1Request(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    q: str | list[str] = Field(description="lines: a list, or a string split at line breaks")
+    q: str | list[str] = Field(description="texts: a string or a list (each split into sentences; or lines)")
+    split_sentences: bool = Field(True, description="false: each line is one sentence, as mt-translate's default")
+    format: Literal["text", "html"] = "text"
     source: str = "auto"
     target: str | None = Field(None, description="target language code (default: the model's; needed with several)")
     strategy: Literal["beam", "greedy", "sample"] | None = None

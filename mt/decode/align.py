@@ -1,0 +1,108 @@
+"""Word alignment of a source sentence and its translation from the model's own cross-attention.
+
+The model reads the source and the translation once more (teacher-forced, batched), and one decoder
+layer's encoder-decoder attention, averaged over heads, says which source pieces each target piece looked
+at. ``ALIGN_LAYER`` and ``SHIFT`` were chosen by the tag-placement measurement in docs/recipes.md: the
+attention of the step that reads a target piece (``SHIFT``: the row after the one that predicted it; Chen
+et al. 2020, "shift-att") in the penultimate layer (Garg et al. 2019) places tags best. Pieces are
+summed into words (runs of non-whitespace, ``WORD``: the words ``mt.document.project`` counts), and each
+target word is linked to the source word it attends to most (a target tag and the EOS column left out).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from mt.data import batch_by_tokens
+from mt.decode.common import BOS_ID, EOS_ID, PAD_ID
+
+WORD = re.compile(r"\S+")
+ALIGN_LAYER = -2  # the penultimate decoder layer (the last one for a one-layer decoder)
+SHIFT = True
+ALIGN_MAX_TOKENS = 8192  # source + target tokens in one teacher-forced batch
+
+Link = tuple[int, int]  # (source word, target word)
+
+
+@dataclass(frozen=True)
+class AlignInput:
+    """One sentence pair: the source ids as the model read them (a tag first, if any: ``prefix`` ids) and
+    each source piece's word; the target ids as generated and each target piece's word (-1: none)."""
+
+    src_ids: list[int]
+    src_words: list[int]
+    tgt_ids: list[int]
+    tgt_words: list[int]
+    prefix: int = 0
+
+
+def piece_words(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
+    """For each piece span of ``text``, the index of the word (``WORD``) it is part of; -1 for whitespace."""
+    starts = [m.span() for m in WORD.finditer(text)]
+    out, w = [], 0
+    for start, end in spans:
+        while w < len(starts) and starts[w][1] <= start:
+            w += 1
+        inside = w < len(starts) and starts[w][0] < end and start < starts[w][1]
+        out.append(w if inside else -1)
+    return out
+
+
+def align_batch(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch.device | str,
+                layer: int = ALIGN_LAYER, shift: bool = SHIFT) -> list[list[Link]]:
+    """Word links of every pair, batched by tokens; an empty source or target has no links."""
+    links: list[list[Link]] = [[] for _ in pairs]
+    todo = [i for i, p in enumerate(pairs) if p.src_ids and p.tgt_ids]
+    costs = [len(pairs[i].src_ids) + len(pairs[i].tgt_ids) + 2 for i in todo]
+    for batch in batch_by_tokens(costs, ALIGN_MAX_TOKENS, 10_000):
+        chosen = [pairs[todo[j]] for j in batch]
+        weights = attention(model, chosen, device, layer)  # (B, T+1, S+1)
+        for j, pair, w in zip(batch, chosen, weights, strict=True):
+            links[todo[j]] = word_links(w, pair, shift)
+    return links
+
+
+@torch.inference_mode()
+def attention(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch.device | str,
+              layer: int) -> Tensor:
+    """Head-averaged cross-attention (B, T+1, S+1) of ``layer`` for teacher-forced ``[BOS] + tgt`` over
+    ``src + [EOS]``: row t predicts target piece t (row T predicts EOS)."""
+    source = getattr(model, "members", [model])[0]  # an ensemble aligns with its first member
+    width = max(len(p.src_ids) for p in pairs) + 1
+    length = max(len(p.tgt_ids) for p in pairs) + 1
+    src = torch.full((len(pairs), width), PAD_ID, dtype=torch.long)
+    tgt = torch.full((len(pairs), length), PAD_ID, dtype=torch.long)
+    for row, p in enumerate(pairs):
+        src[row, : len(p.src_ids) + 1] = torch.tensor([*p.src_ids, EOS_ID])
+        tgt[row, : len(p.tgt_ids) + 1] = torch.tensor([BOS_ID, *p.tgt_ids])
+    src, tgt = src.to(device), tgt.to(device)
+    layers = len(source.decoder.layers)
+    index = layer if -layers <= layer < layers else -1
+    was_training = source.training
+    source.eval()
+    try:
+        return source.cross_attention_weights(src, src == PAD_ID, tgt, index).float().cpu()
+    finally:
+        source.train(was_training)
+
+
+def word_links(weights: Tensor, pair: AlignInput, shift: bool) -> list[Link]:
+    """Each target word linked to its most attended source word, from one pair's (T+1, S+1) attention."""
+    rows = torch.arange(1, len(pair.tgt_ids) + 1) if shift else torch.arange(len(pair.tgt_ids))
+    src_cols = torch.arange(pair.prefix, len(pair.src_ids))  # the tag and EOS columns left out
+    piece = weights[rows][:, src_cols]  # (T, S')
+    src_words = torch.tensor(pair.src_words[pair.prefix :])
+    n_src = int(src_words.max()) + 1 if len(src_words) and int(src_words.max()) >= 0 else 0
+    tgt_words = torch.tensor(pair.tgt_words)
+    n_tgt = int(tgt_words.max()) + 1 if len(tgt_words) and int(tgt_words.max()) >= 0 else 0
+    if n_src == 0 or n_tgt == 0:
+        return []
+    by_src = torch.zeros(len(rows), n_src).index_add_(1, src_words.clamp(min=0), piece * (src_words >= 0))  # (T, Ws)
+    by_word = torch.zeros(n_tgt, n_src).index_add_(0, tgt_words.clamp(min=0), by_src * (tgt_words >= 0)[:, None])
+    best = by_word.argmax(dim=1)  # (Wt,)
+    return [(int(best[t]), t) for t in range(n_tgt)]

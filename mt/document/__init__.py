@@ -1,0 +1,7 @@
+"""Documents, not only lines: formats read into units with inline markup, sentences out and back.
+
+``model`` (units and inline elements), ``segment`` (sentences, long ones cut to fit), ``project``
+(inline elements carried onto a translation by word alignment), ``plan`` (units -> sentences ->
+translated units), ``formats`` (one reader and writer per file format). Nothing here loads torch: the
+caller translates the sentences (``mt.decode.Translator`` or mt-serve's worker) and hands them back.
+"""

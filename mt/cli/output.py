@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from mt.errors import UserError
 
@@ -67,27 +67,36 @@ def _new_file_mode() -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path | None) -> Iterator[TextIO]:
-    """A text stream for ``path`` (stdout for None) that replaces ``path`` only if the block succeeds.
+def atomic_output(path: Path | None, binary: bool = False) -> Iterator[TextIO | BinaryIO]:
+    """A text stream (``binary``: a bytes stream) for ``path`` (stdout for None) that replaces ``path`` only
+    if the block succeeds.
 
     A path that exists and is not a regular file (``/dev/stdout``, a FIFO) is written directly: renaming
     over it would replace the device. Lines are written with ``\\n`` only, on every platform.
     """
+    opening = {"mode": "wb"} if binary else {"mode": "w", "encoding": "utf-8", "newline": "\n"}
     if path is None:
-        yield sys.stdout
+        yield sys.stdout.buffer if binary else sys.stdout
         return
     if path.exists() and not path.is_file():
-        with path.open("w", encoding="utf-8", newline="\n") as f:
+        with path.open(**opening) as f:
             yield f
         return
     mode = path.stat().st_mode & 0o777 if path.exists() else _new_file_mode()
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.absolute().parent)
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        with os.fdopen(fd, **opening) as f:
             yield f
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def atomic_binary_output(path: Path | None) -> Iterator[BinaryIO]:
+    """``atomic_output`` for bytes (a translated document)."""
+    with atomic_output(path, binary=True) as out:
+        yield out

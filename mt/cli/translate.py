@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # torch and the model load only once the flags are parsed: us
     from mt.decode import Translation, Translator
 
 
+DOCUMENT_FORMATS = ("text", "html", "markdown", "srt", "docx", "odt", "pptx")  # mt.document.formats' names
+BINARY_FORMATS = ("docx", "odt", "pptx")
+
+
 def checkpoint_paths(args: argparse.Namespace) -> list[Path]:
     """``--ckpt`` (several: an ensemble), or what the experiment's run left (its best checkpoint, or its
     members: ``mt.runs``); a clear error for one that is missing or a directory."""
@@ -246,18 +250,82 @@ def translate_with(translator: Translator, cfg: Config, paths: list[Path], args:
         with atomic_output(args.output) as out:
             interactive(translator, read_stream(sys.stdin.buffer, "<stdin>"), out, target)
         return
+    document_format = input_format(args)
+    if document_format is not None:
+        translate_file(translator, cfg, args, document_format, target)
+        return
     lines, name = read_input(args.input)
+    if args.split_sentences == "on":
+        lines = split_lines_into_sentences(translator, cfg, lines, target, progress=args.input is not None)
+        with atomic_output(args.output) as out:
+            out.writelines(one_line(line) + "\n" for line in lines)
+        return
     check_lengths(translator, lines, name, target=target)
     with atomic_output(args.output) as out:
         write_all(translator, lines, out, progress=args.input is not None, target=target)
+
+
+def input_format(args: argparse.Namespace):
+    """The document format to read ``--input`` with (``--format``, or its extension), or None for lines."""
+    from mt.document.formats import format_for, formats
+
+    if args.format == "lines" or (args.format == "auto" and args.input is None):
+        return None
+    if args.format != "auto":
+        return formats()[args.format]
+    name = args.input.name.removesuffix(".gz") if args.input.suffix == ".gz" else args.input.name
+    try:
+        return format_for(name)
+    except UserError:
+        return None  # not a document's extension (my.en, test.de.gz): one sentence a line, as always
+
+
+def translate_file(translator: Translator, cfg: Config, args: argparse.Namespace, document_format,
+                   target: str | None) -> None:
+    """``--input`` read as a document, translated sentence by sentence, written back in its format."""
+    from mt.cli.documents import translate_document
+    from mt.cli.output import atomic_binary_output
+
+    if args.input is None:
+        data, name = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        data, name = args.input.read_bytes(), str(args.input)
+    if args.output is None and document_format.name in BINARY_FORMATS and sys.stdout.isatty():
+        raise UserError(f"a {document_format.name} file is binary: give --output FILE")
+    document = document_format.read(data, name)
+    translated = translate_document(translator, document, cfg.data.src_lang, target,
+                                    progress=args.input is not None, split=args.split_sentences != "off")
+    with atomic_binary_output(args.output) as out:
+        out.write(translated)
+
+
+def split_lines_into_sentences(translator: Translator, cfg: Config, lines: Sequence[str], target: str | None,
+                               progress: bool) -> list[str]:
+    """``--split-sentences on`` for lines: each line's sentences translated and joined into its line again."""
+    from mt.cli.documents import plan_document, translate_plan
+    from mt.document.model import Unit
+    from mt.serve.documents import TextDocument
+
+    document = TextDocument([Unit(line) for line in lines])
+    plan = plan_document(translator, document, cfg.data.src_lang, target)
+    return [unit.text for unit in plan.assemble(translate_plan(translator, plan, target, progress))]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mt-translate", description=__doc__.split("\n\n")[0])
     add_version_flag(parser)
     add_model_args(parser, ensemble=True)
-    parser.add_argument("--input", type=Path, help="input file, plain or .gz (default: stdin)")
+    parser.add_argument("--input", type=Path,
+                        help="input file: lines (plain or .gz), or a document (.txt .html .md .srt .docx .odt "
+                             ".pptx, by its extension) (default: stdin, lines)")
     parser.add_argument("--output", type=Path, help="output file (default: stdout)")
+    parser.add_argument("--format", choices=("auto", "lines", *DOCUMENT_FORMATS), default="auto",
+                        help="how to read the input: auto (a document by its extension, else lines), lines (one "
+                             "sentence a line, line N out for line N in), or a document format")
+    parser.add_argument("--split-sentences", choices=("auto", "on", "off"), default="auto",
+                        help="split text into sentences before translating: auto (on for documents, off for "
+                             "lines, the line-aligned behaviour mt-eval and scoring rely on); on for lines keeps "
+                             "each line's sentences on its line")
     parser.add_argument("--target-lang", metavar="LANG",
                         help="target language of a model with several (e.g. fr; required for one); "
                              "a one-target model accepts only its own")

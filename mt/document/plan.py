@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mt.document.model import Unit
-from mt.document.project import Link, Placed, place, project_inlines
-from mt.document.segment import Span, fit_sentences, split_sentences
+from mt.document.project import Link, place, project_inlines
+from mt.document.segment import LINE, Span, fit_sentences, split_sentences
 
 
 @dataclass(frozen=True)
@@ -63,14 +63,32 @@ class Plan:
 
 
 def plan_units(units: Sequence[Unit], language: str, hard_breaks: bool,
-               count: Callable[[str], int] | None = None, limit: int | None = None) -> Plan:
+               count: Callable[[str], int] | None = None, limit: int | None = None, split: bool = True) -> Plan:
     """The sentences of ``units`` in ``language``; with ``count`` (pieces of a text, as the model reads it)
-    and ``limit`` (the model's source limit), a longer sentence is cut into pieces that fit."""
+    and ``limit`` (the model's source limit), a longer sentence is cut into pieces that fit.
+
+    ``split=False`` sends each unit (each line, with ``hard_breaks``) to the model whole, as one sentence:
+    what mt did before it split sentences (the model's limit then truncates or rejects a long one)."""
     spans = []
     for unit in units:
+        if not split:
+            spans.append(whole_lines(unit.text, hard_breaks))
+            continue
         found = split_sentences(unit.text, language, hard_breaks)
         spans.append(fit_sentences(unit.text, found, count, limit) if count is not None else found)
     return Plan(list(units), spans)
+
+
+def whole_lines(text: str, hard_breaks: bool) -> list[Span]:
+    """Each line (``hard_breaks``) or the whole text, without its surrounding whitespace, as one span."""
+    chunks = [(m.start(), m.end()) for m in LINE.finditer(text)] if hard_breaks else [(0, len(text))]
+    out = []
+    for start, end in chunks:
+        piece = text[start:end]
+        if piece.strip():
+            lead = len(piece) - len(piece.lstrip())
+            out.append((start + lead, start + lead + len(piece.strip())))
+    return out
 
 
 def assemble_unit(unit: Unit, spans: Sequence[Span], translations: Sequence[Translated]) -> Unit:
@@ -93,6 +111,3 @@ def assemble_unit(unit: Unit, spans: Sequence[Span], translations: Sequence[Tran
               for span, target, tr in zip(spans, targets, translations, strict=True)]
     return Unit(text, project_inlines(unit.inlines, placed, len(unit.text), len(text)))
 
-
-def sentence_spans(placed: Sequence[Placed]) -> list[Span]:
-    return [p.source for p in placed]

@@ -30,14 +30,15 @@ MAY_IMPORT: dict[str, set[str]] = {
     "checkpoint": {"errors", "config", "data", "model"},
     "eval": {"errors", "config", "data", "decode"},
     "export": {"errors", "config", "data", "model", "decode", "checkpoint"},
-    "serve": {"errors", "config", "data", "model", "decode", "checkpoint"},
+    "document": {"errors"},
+    "serve": {"errors", "config", "data", "model", "decode", "checkpoint", "document"},
     "train": {
         "errors", "config", "device", "allocator", "kernel_cache", "runs", "data", "model", "decode", "checkpoint",
         "eval",
     },
     "cli": {
         "errors", "config", "device", "allocator", "kernel_cache", "runs", "data", "model", "decode", "checkpoint",
-        "eval", "export", "serve", "train",
+        "eval", "export", "serve", "train", "document",
     },
 }
 

@@ -14,24 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mt.document.formats import Document
-from mt.document.model import Unit
 from mt.document.plan import Plan, Translated, plan_units
 from mt.serve.engine import Engine, Output
-
-
-@dataclass
-class TextDocument:
-    """One ``format=text`` item: a unit of plain text whose line breaks end sentences."""
-
-    units: list[Unit]
-    hard_breaks: bool = True
-
-    def write(self, translated: list[Unit]) -> bytes:
-        return translated[0].text.encode("utf-8")
-
-
-def text_document(text: str) -> TextDocument:
-    return TextDocument([Unit(text)])
 
 
 @dataclass

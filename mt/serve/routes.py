@@ -1,4 +1,5 @@
-"""The HTTP routes: LibreTranslate's /translate and /languages, mt's /v1/translate, /health, /metrics, the page."""
+"""The HTTP routes: LibreTranslate's /translate, /languages and /frontend/settings, mt's /v1/translate, /health,
+/metrics, the page (the file routes: ``file_routes``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 
 from mt.document.errors import DocumentError
-from mt.serve.documents import Planned, plan, text_document
+from mt.document.plain import text_document
+from mt.serve.documents import Planned, plan
 from mt.serve.engine import Engine, Options, Output
 from mt.serve.front import ClientLeft, Front
 from mt.serve.libretranslate import (
     check_languages,
+    frontend_settings,
     languages,
     parse_text_request,
     read_json_object,
@@ -27,6 +30,7 @@ from mt.serve.metrics import Metrics
 from mt.serve.problems import bad_request
 from mt.serve.schemas import (
     ErrorResponse,
+    FrontendSettings,
     Health,
     Language,
     LibreTranslateForm,
@@ -197,6 +201,16 @@ async def translate_v1(request: Request) -> Any:
 async def get_languages(request: Request) -> Any:
     engine = front(request).engine
     return languages(engine.source_lang, engine.target_langs)
+
+
+@router.get("/frontend/settings", response_model=FrontendSettings,
+            summary="The server's settings for a page (LibreTranslate-compatible)")
+async def get_frontend_settings(request: Request) -> Any:
+    from mt.document.formats import extensions
+
+    service = front(request)
+    engine = service.engine
+    return frontend_settings(engine.source_lang, engine.target_langs, service.settings, extensions())
 
 
 @router.get("/health", response_model=Health, responses={503: {"model": Health}, 500: {"model": ErrorResponse}},

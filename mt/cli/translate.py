@@ -304,7 +304,7 @@ def split_lines_into_sentences(translator: Translator, cfg: Config, lines: Seque
     """``--split-sentences on`` for lines: each line's sentences translated and joined into its line again."""
     from mt.cli.documents import plan_document, translate_plan
     from mt.document.model import Unit
-    from mt.serve.documents import TextDocument
+    from mt.document.plain import TextDocument
 
     document = TextDocument([Unit(line) for line in lines])
     plan = plan_document(translator, document, cfg.data.src_lang, target)

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from mt.config import DecodeConfig
 from mt.data import batch_by_tokens
 from mt.data.languages import LanguageError, lang_tag
-from mt.decode.align import AlignInput, Link, align_batch, piece_words
+from mt.decode.align import ALIGN_LAYER, SHIFT, AlignInput, Link, align_batch, piece_words
 from mt.decode.common import EOS_ID, PAD_ID, Hypothesis
 from mt.decode.length_penalty import check_penalty
 from mt.decode.search import check_strategy, rows_per_sentence, search
@@ -243,9 +243,9 @@ class Translator:
         return Translation(hyps, [self.tokenizers.tgt.decode(h.tokens) for h in hyps], len(source))
 
     def align(self, lines: Sequence[str], translations: Sequence[Translation], target_lang: Targets = None,
-              ) -> list[list[Link]]:
+              layer: int = ALIGN_LAYER, shift: bool = SHIFT) -> list[list[Link]]:
         """Word links (source word, target word) of each line with its best translation, from the model's
-        cross-attention (``mt.decode.align``); [] for an empty line or translation."""
+        cross-attention (``mt.decode.align``: ``layer``, ``shift``); [] for an empty line or translation."""
         if self.model is None:
             raise UserError("word alignment needs the model in this process (run with one worker)")
         targets = line_targets(target_lang, len(lines))
@@ -258,7 +258,7 @@ class Translator:
             tgt_ids = translation.hypotheses[0].tokens if translation.hypotheses else []
             text, tgt_spans = self.tokenizers.tgt.decode_with_spans(tgt_ids)
             pairs.append(AlignInput(src_ids, src_words, list(tgt_ids), piece_words(text, tgt_spans), len(tags[lang])))
-        return align_batch(self.model, pairs, self.device)
+        return align_batch(self.model, pairs, self.device, layer, shift)
 
     def target_tag(self, target_lang: str | None) -> list[int]:
         """``[id of >>lang<<]`` for a multilingual model's target language, ``[]`` for None."""

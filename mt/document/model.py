@@ -92,17 +92,19 @@ def flatten(tree: list[str | Element]) -> Unit:
     """The unit a tree of text and elements stands for (``nest``'s inverse): what formats build as they read."""
     parts: list[str] = []
     inlines: list[Inline] = []
+    length = 0
 
     def walk(nodes: list[str | Element], parent: int | None) -> None:
+        nonlocal length
         for node in nodes:
             if isinstance(node, str):
                 parts.append(node)
+                length += len(node)
                 continue
-            start = sum(map(len, parts))
-            index = len(inlines)
+            start, index = length, len(inlines)
             inlines.append(Inline(start, start, node.key, parent))
             walk(node.children, index)
-            inlines[index] = Inline(start, sum(map(len, parts)), node.key, parent)
+            inlines[index] = Inline(start, length, node.key, parent)
 
     walk(tree, None)
     return Unit("".join(parts), inlines)

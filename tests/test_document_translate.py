@@ -1,0 +1,87 @@
+"""Documents through a trained model: nothing dropped, the same translation as sentence by sentence, markup kept.
+
+The demo model (number words, en -> de) translates paragraphs of up to 50 sentences and sentences three
+times its length limit: every source sentence comes back translated (non-empty), in order, and each
+equals what the Translator gives that sentence alone. mt-translate reads and writes an HTML file.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from export_helpers import demo_model
+
+from mt.checkpoint import load_for_inference
+from mt.cli.documents import plan_document, translate_plan
+from mt.cli.translate import main as translate_main
+from mt.decode import Translator
+from mt.document.model import Unit
+from mt.document.plain import TextDocument
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return demo_model(tmp_path_factory.getbasetemp() / "export_demo")
+
+
+@pytest.fixture(scope="module")
+def translator(demo):
+    model, tokenizers, cfg = load_for_inference(demo.ckpt, "cpu")
+    return Translator(model, tokenizers, cfg.decode, "cpu", max_positions=cfg.model.max_positions)
+
+
+@pytest.mark.parametrize("count", [1, 3, 50])
+def test_paragraphs_of_up_to_50_sentences_lose_no_sentence(translator, demo, count):
+    rng = random.Random(count)
+    chosen = [rng.choice(demo.sources) for _ in range(count)]
+    text = " ".join(s + "." for s in chosen)
+    plan = plan_document(translator, TextDocument([Unit(text)]), "en", None)
+    assert plan.sentences == [s + "." for s in chosen]
+    translated = translate_plan(translator, plan, None)
+    alone = translator.translate(plan.sentences)
+    assert [t.text for t in translated] == alone and all(alone)
+    assert plan.assemble(translated)[0].text == " ".join(alone)
+
+
+def test_a_sentence_three_times_the_limit_is_cut_and_every_piece_translated(translator, demo):
+    limit = translator.max_src_len
+    translator.max_src_len = 12
+    try:
+        sentence = ", ".join(demo.sources[:12])  # far over 36 pieces
+        pieces = len(translator.tokenizers.src.encode(sentence))
+        assert pieces > 3 * 12
+        plan = plan_document(translator, TextDocument([Unit(sentence)]), "en", None)
+        assert all(len(translator.tokenizers.src.encode(s)) <= 12 for s in plan.sentences)
+        assert "".join(plan.sentences).replace(" ", "") == sentence.replace(" ", "")
+        translated = translate_plan(translator, plan, None)
+        assert all(t.text for t in translated)
+    finally:
+        translator.max_src_len = limit
+
+
+def test_mt_translate_translates_an_html_file_and_keeps_its_markup(demo, tmp_path, capsys):
+    source = tmp_path / "page.html"
+    first, second = demo.sources[:2]
+    source.write_text(f'<html><body><h1 title="{first}">{first}</h1><p>{second}. <b>{first}</b>.</p>'
+                      f"<pre>{second}</pre></body></html>", encoding="utf-8")
+    out = tmp_path / "page.de.html"
+    assert translate_main(["--ckpt", str(demo.ckpt), "--input", str(source), "--output", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "<h1 title=" in html and "<b>" in html and f"<pre>{second}</pre>" in html  # pre never translated
+    assert first not in html.replace(f"<pre>{second}</pre>", "")  # everything else was
+
+
+def test_lines_stay_line_aligned_unless_splitting_is_asked_for(demo, tmp_path):
+    first, second = demo.sources[:2]
+    source = tmp_path / "in.en"
+    source.write_text(f"{first}. {second}.\n{second}\n", encoding="utf-8")
+    plain, split = tmp_path / "plain.de", tmp_path / "split.de"
+    assert translate_main(["--ckpt", str(demo.ckpt), "--input", str(source), "--output", str(plain)]) == 0
+    assert translate_main(["--ckpt", str(demo.ckpt), "--input", str(source), "--output", str(split),
+                           "--split-sentences", "on"]) == 0
+    assert len(plain.read_text().splitlines()) == len(split.read_text().splitlines()) == 2
+    model, tokenizers, cfg = load_for_inference(demo.ckpt, "cpu")
+    translator = Translator(model, tokenizers, cfg.decode, "cpu", max_positions=cfg.model.max_positions)
+    a, b, c = translator.translate([f"{first}.", f"{second}.", second])
+    assert split.read_text().splitlines() == [f"{a} {b}", c]

@@ -4,6 +4,7 @@
     python scripts/bench_serve.py --soak-minutes 10            # then 8 clients for 10 minutes: RSS and errors
     python scripts/bench_serve.py --soak-only --soak-minutes 10   # the soak alone
     python scripts/bench_serve.py --smoke --ckpt X --source-file F   # seconds: what the test suite runs
+    python scripts/bench_serve.py --documents-only --documents 200   # HTML documents against the same lines
 
 Starts ``mt-serve`` (a subprocess on 127.0.0.1) with a trained Multi30k checkpoint (without ``--ckpt``,
 ``make bench``'s ``transformer_small``, trained once if missing) and sends test2016 lines, 1-8 lines a
@@ -13,6 +14,9 @@ every answer equals the offline translation (``Translator.translate`` over the s
 settings, i.e. mt-translate's output). Two comparisons, alternated over ``--rounds``: dynamic batching
 against ``--max-batch-tokens 1`` (one request per batch) at 64 clients (goal >= 3x sentences/s), and
 the server at 64 clients against offline decoding of the same lines (goal >= 80% of its sentences/s).
+With ``--documents N``: N HTML documents of 5-20 sentences with inline tags (``format=html``: split,
+aligned, tags projected) against the same sentences sent as plain lines, alternated on one server (goal:
+documents >= 90% of the lines' sentences/s).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import html
 import json
 import os
 import random
@@ -40,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en.gz"
 START_TIMEOUT_S = 300
 RSS_EVERY_S = 30
-SMOKE = {"requests": 12, "time_limit": 30.0, "rounds": 1, "clients": [1, 4], "batched_clients": 4}
+SMOKE = {"requests": 12, "time_limit": 30.0, "rounds": 1, "clients": [1, 4], "batched_clients": 4, "documents": 3}
 
 
 @dataclass
@@ -178,9 +183,23 @@ class Connection:
             self.reader = self.writer = None
 
 
-async def load(url: str, requests: list[list[str]], clients: int, time_limit: float, expected: dict[str, str],
-               repeat: bool = False):
-    """Send ``requests`` (again and again with ``repeat``) from ``clients`` concurrent clients, each on its
+@dataclass(frozen=True)
+class Ask:
+    """One request: its /translate body, the sentences it holds, the answer it must get (None: not checked)."""
+
+    payload: dict
+    sentences: int
+    expected: object = None
+
+
+def line_asks(requests: list[list[str]], expected: dict[str, str]) -> list[Ask]:
+    """Requests of plain lines (a ``q`` list), each answer checked against the offline translations."""
+    return [Ask({"q": lines, "source": "en", "target": "de"}, len(lines), [expected[line] for line in lines])
+            for lines in requests]
+
+
+async def load(url: str, asks: list[Ask], clients: int, time_limit: float, repeat: bool = False):
+    """Send ``asks`` (again and again with ``repeat``) from ``clients`` concurrent clients, each on its
     own connection, until done or ``time_limit``: latencies, errors, exactness, sentences, seconds."""
     sent = 0
     latencies, errors, exact, sentences = [], 0, True, 0
@@ -190,13 +209,12 @@ async def load(url: str, requests: list[list[str]], clients: int, time_limit: fl
     async def client() -> None:
         nonlocal errors, exact, sentences, sent
         connection = Connection(host, int(port))
-        while (repeat or sent < len(requests)) and time.monotonic() < deadline:
-            lines = requests[sent % len(requests)]
+        while (repeat or sent < len(asks)) and time.monotonic() < deadline:
+            ask = asks[sent % len(asks)]
             sent += 1
             start = time.monotonic()
             try:
-                status, body = await asyncio.wait_for(
-                    connection.post_json("/translate", {"q": lines, "source": "en", "target": "de"}), time_limit + 60)
+                status, body = await asyncio.wait_for(connection.post_json("/translate", ask.payload), time_limit + 60)
             except (TimeoutError, OSError):
                 errors += 1
                 await connection.close()
@@ -205,8 +223,9 @@ async def load(url: str, requests: list[list[str]], clients: int, time_limit: fl
             if status != 200:
                 errors += 1
                 continue
-            sentences += len(lines)
-            exact &= json.loads(body)["translatedText"] == [expected[line] for line in lines]
+            sentences += ask.sentences
+            if ask.expected is not None:
+                exact &= json.loads(body)["translatedText"] == ask.expected
         await connection.close()
 
     start = time.monotonic()
@@ -215,11 +234,9 @@ async def load(url: str, requests: list[list[str]], clients: int, time_limit: fl
     return latencies, errors, exact, sentences, seconds
 
 
-def run_load(server: Server, name: str, requests, clients: int, time_limit: float, expected,
+def run_load(server: Server, name: str, asks: list[Ask], clients: int, time_limit: float,
              repeat: bool = False) -> RunResult:
-    latencies, errors, exact, sentences, seconds = asyncio.run(
-        load(server.url, requests, clients, time_limit, expected, repeat)
-    )
+    latencies, errors, exact, sentences, seconds = asyncio.run(load(server.url, asks, clients, time_limit, repeat))
     result = RunResult(name, clients, len(latencies), sentences, seconds, percentile(latencies, 0.5),
                        percentile(latencies, 0.95), percentile(latencies, 0.99), errors, exact)
     print(f"  {name:>14} {clients:>3} clients: {result.sentences_per_s:7.1f} sent/s {result.requests_per_s:6.1f} req/s"
@@ -272,7 +289,7 @@ def soak(args, ckpt: Path, requests, expected) -> dict:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        result = run_load(server, "soak", requests, 8, args.soak_minutes * 60, expected, repeat=True)
+        result = run_load(server, "soak", line_asks(requests, expected), 8, args.soak_minutes * 60, repeat=True)
         done.set()
         sampler.join()
         rss.append((args.soak_minutes * 60, server.rss_mib()))
@@ -296,10 +313,11 @@ def compare(args, ckpt: Path, requests, lines) -> tuple[dict, dict[str, str]]:
         print(f"round {round_}/{args.rounds}", flush=True)
         expected, rate = offline(ckpt, lines, args.threads)
         offline_rates.append(rate)
+        asks = line_asks(requests, expected)
         with Server(ckpt, args.threads, args.server_args) as server:
-            rows += [run_load(server, "dynamic", requests, c, args.time_limit, expected) for c in args.clients]
+            rows += [run_load(server, "dynamic", asks, c, args.time_limit) for c in args.clients]
         with Server(ckpt, args.threads, ["--max-batch-tokens", "1"]) as server:
-            rows.append(run_load(server, "one-at-a-time", requests, args.batched_clients, args.time_limit, expected))
+            rows.append(run_load(server, "one-at-a-time", asks, args.batched_clients, args.time_limit))
 
     def median_rate(name: str, clients: int) -> float:
         return statistics.median(r.sentences_per_s for r in rows if r.server == name and r.clients == clients)
@@ -315,6 +333,60 @@ def compare(args, ckpt: Path, requests, lines) -> tuple[dict, dict[str, str]]:
                      for r in rows],
             "offline_sentences_per_s": offline_rates, "speedup_vs_one_at_a_time": dynamic / single,
             "fraction_of_offline": dynamic / off, "errors": errors, "exact": exact}, expected
+
+
+TAGS = ("b", "em", "a")
+
+
+def document_asks(lines: list[str], count: int, seed: int) -> tuple[list[Ask], list[Ask]]:
+    """``count`` HTML documents of 5-20 sentences (paragraphs of 2-4, each with 1-2 inline tags around
+    words, a link among them) and the same sentences as plain lines: what each way sends of the same text."""
+    rng, html_asks, line_asks_, start = random.Random(seed), [], [], 0
+    for _ in range(count):
+        size = rng.randint(5, 20)
+        sentences = [full_stop(lines[(start + i) % len(lines)]) for i in range(size)]
+        start += size
+        paragraphs, at = [], 0
+        while at < size:
+            group = sentences[at : at + rng.randint(2, 4)]
+            at += len(group)
+            paragraphs.append("<p>" + " ".join(with_tags(s, rng) for s in group) + "</p>")
+        payload = {"q": "\n".join(paragraphs), "source": "en", "target": "de", "format": "html"}
+        html_asks.append(Ask(payload, size))
+        line_asks_.append(Ask({"q": sentences, "source": "en", "target": "de"}, size))
+    return html_asks, line_asks_
+
+
+def full_stop(sentence: str) -> str:
+    return sentence if sentence.rstrip()[-1:] in ".!?" else sentence.rstrip() + "."
+
+
+def with_tags(sentence: str, rng: random.Random) -> str:
+    """``sentence`` with one or two inline tags around single words (escaped as HTML)."""
+    words = [html.escape(w, quote=False) for w in sentence.split()]
+    for k in rng.sample(range(len(words)), min(len(words), rng.randint(1, 2))):
+        tag = rng.choice(TAGS)
+        attrs = ' href="https://example.org/"' if tag == "a" else ""
+        words[k] = f"<{tag}{attrs}>{words[k]}</{tag}>"
+    return " ".join(words)
+
+
+def compare_documents(args, ckpt: Path, lines: list[str]) -> dict:
+    """Alternated rounds at ``--batched-clients``: HTML documents against the same sentences as plain lines
+    (goal: documents >= 90% of the plain lines' sentences/s)."""
+    html_asks, plain_asks = document_asks(lines, args.documents, seed=1)
+    rows: list[RunResult] = []
+    with Server(ckpt, args.threads, args.server_args) as server:
+        for round_ in range(1, args.rounds + 1):
+            print(f"documents, round {round_}/{args.rounds}", flush=True)
+            rows.append(run_load(server, "plain lines", plain_asks, args.batched_clients, args.time_limit))
+            rows.append(run_load(server, "html documents", html_asks, args.batched_clients, args.time_limit))
+    plain = statistics.median(r.sentences_per_s for r in rows if r.server == "plain lines")
+    documents = statistics.median(r.sentences_per_s for r in rows if r.server == "html documents")
+    print(f"\nmedians over {args.rounds} round(s) at {args.batched_clients} clients: html documents {documents:.1f} "
+          f"sent/s, the same sentences as plain lines {plain:.1f} sent/s -> {documents / plain:.1%} (goal >= 90%)")
+    return {"runs": [asdict(r) | {"sentences_per_s": r.sentences_per_s} for r in rows],
+            "documents_fraction_of_lines": documents / plain, "errors": sum(r.errors for r in rows)}
 
 
 def main() -> None:
@@ -335,6 +407,9 @@ def main() -> None:
     p.add_argument("--soak-only", action="store_true",
                    help="no comparisons: offline mt-translate (the answers to check against), then the soak")
     p.add_argument("--smoke", action="store_true", help="a few seconds' run with tiny counts (the test suite's)")
+    p.add_argument("--documents", type=int, default=0,
+                   help="then this many HTML documents of 5-20 sentences against the same sentences as lines")
+    p.add_argument("--documents-only", action="store_true", help="no other comparison: the document load alone")
     p.add_argument("--json-out", type=Path, help="write the figures here")
     args = p.parse_args()
     if args.soak_only and args.soak_minutes <= 0:
@@ -345,10 +420,17 @@ def main() -> None:
     ckpt = args.ckpt if args.ckpt is not None else default_checkpoint()
     requests = make_requests(read_lines(args.source_file), args.requests, seed=0)
     lines = [line for r in requests for line in r]  # offline decodes what the server gets, in one call
+    if args.documents_only:
+        report = {"documents": compare_documents(args, ckpt, read_lines(args.source_file))}
+        if args.json_out is not None:
+            args.json_out.write_text(json.dumps(report, indent=2))
+        sys.exit(1 if report["documents"]["errors"] else 0)
     if args.soak_only:
         report, (expected, _) = {}, offline(ckpt, lines, args.threads)
     else:
         report, expected = compare(args, ckpt, requests, lines)
+    if args.documents > 0 and not args.soak_only:
+        report["documents"] = compare_documents(args, ckpt, read_lines(args.source_file))
     if args.soak_minutes > 0:
         report["soak"] = soak(args, ckpt, requests, expected)
     if args.json_out is not None:

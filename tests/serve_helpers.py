@@ -127,7 +127,7 @@ class GatedEngine:
     def count_pieces(self, line: str, target: str | None = None) -> int:
         return self.inner.count_pieces(line, target)
 
-    def translate(self, lines: Sequence[str], options: Options, targets=None, on_done=None) -> list[Output]:
+    def translate(self, lines: Sequence[str], options: Options, targets=None, on_done=None, align=None) -> list[Output]:
         if self.warmed:
             self.batches.append(len(lines))
             self.busy.set()
@@ -136,4 +136,4 @@ class GatedEngine:
         self.warmed = True
         if self.fail_on is not None and self.fail_on in lines:
             raise RuntimeError(f"decoding failed on {self.fail_on!r}")
-        return self.inner.translate(lines, options, targets)
+        return self.inner.translate(lines, options, targets, align=align)

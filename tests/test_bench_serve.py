@@ -33,6 +33,10 @@ def test_bench_serve_smoke(tmp_path_factory, tmp_path):
                                                                      ("one-at-a-time", 4)}
     assert all(r["requests"] == 12 and r["sentences_per_s"] > 0 for r in report["runs"])
     assert "medians over 1 round(s) at 4 clients" in done.stdout
+    documents = report["documents"]  # HTML documents against the same sentences as lines, on one server
+    assert documents["errors"] == 0 and documents["documents_fraction_of_lines"] > 0
+    assert [r["server"] for r in documents["runs"]] == ["plain lines", "html documents"]
+    assert documents["runs"][0]["sentences"] == documents["runs"][1]["sentences"] > 3 * 5
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""The page at / in a real headless browser (Debian's chromium driven by Playwright): translate, time, errors.
+"""The page at / in a real headless browser (Debian's chromium driven by Playwright): translate paragraphs,
+html and files, alternatives, time, errors.
 
 Skips only when no chromium is installed (``.ci/run`` installs it: ``apt-get install chromium``).
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 
+import httpx
 import pytest
 from export_helpers import demo_sources, multilingual_checkpoint, untrained_checkpoint
 from serve_helpers import reference, serving, torch_engine
@@ -55,7 +57,71 @@ def test_the_page_shows_errors(server, page):
     sync_api.expect(page.locator("#pair")).not_to_be_empty(timeout=WAIT_MS)
     page.fill("#input", "one\ntwo\nthree\nfour")
     page.click("#translate")
-    sync_api.expect(page.locator("#error")).to_contain_text("Error 400: 4 lines in one request", timeout=WAIT_MS)
+    sync_api.expect(page.locator("#error")).to_contain_text("Error 400: 4 sentences in one request",
+                                                            timeout=WAIT_MS)
+
+
+def translate_api(url: str, **body) -> dict:
+    answer = httpx.post(f"{url}/translate", json={"source": "auto", "target": "de", **body}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_the_page_translates_a_paragraph_sentence_by_sentence(server, page):
+    url, engine = server
+    sentences = ["Five hundred and ninety-nine.", "Two hundred and sixty-six.", "Five thousand and forty."]
+    paragraph = " ".join(sentences)
+    page.goto(f"{url}/")
+    sync_api.expect(page.locator("#pair")).not_to_be_empty(timeout=WAIT_MS)
+    page.fill("#input", paragraph)
+    page.click("#translate")
+    sync_api.expect(page.locator("#status")).to_contain_text("1 line in", timeout=WAIT_MS)
+    assert page.input_value("#output") == translate_api(url, q=paragraph)["translatedText"]
+    assert page.input_value("#output") == " ".join(reference(engine, sentences))  # three sentences came back
+    assert page.text_content("#error") == ""
+
+
+def test_the_page_sends_the_format_and_shows_alternatives(server, page):
+    url, _ = server
+    html = "<p>Five hundred and <b>forty</b>.</p>"
+    page.goto(f"{url}/")
+    sync_api.expect(page.locator("#pair")).not_to_be_empty(timeout=WAIT_MS)
+    page.fill("#input", html)
+    page.select_option("#format", "html")
+    page.click("#translate")
+    expected = translate_api(url, q=html, format="html")["translatedText"]
+    sync_api.expect(page.locator("#output")).to_have_value(expected, timeout=WAIT_MS)
+    assert not page.is_visible("#alternatives-list")
+    text = "Five hundred and forty."
+    page.select_option("#format", "text")
+    page.fill("#input", text)
+    page.check("#alternatives")
+    page.click("#translate")
+    answer = translate_api(url, q=text, alternatives=3)
+    sync_api.expect(page.locator("#output")).to_have_value(answer["translatedText"], timeout=WAIT_MS)
+    shown = page.locator("#alternatives-list li").all_text_contents()
+    assert shown == (answer["alternatives"] or ["(no other translation)"])
+    page.uncheck("#alternatives")
+    assert not page.is_visible("#alternatives-list")
+
+
+def test_the_page_translates_a_file_and_links_the_download(server, page):
+    url, _ = server
+    text = "Five hundred and ninety-nine. Two hundred and sixty-six.\n\nFive thousand."
+    page.goto(f"{url}/")
+    sync_api.expect(page.locator("#formats")).to_contain_text(".docx", timeout=WAIT_MS)
+    page.set_input_files("#file", files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": text.encode()}])
+    page.click("#translate-file")
+    link = page.locator("#download")
+    sync_api.expect(link).to_be_visible(timeout=WAIT_MS)
+    sync_api.expect(link).to_have_text("Download notes.de.txt")
+    with page.expect_download(timeout=WAIT_MS) as started:
+        link.click()
+    download = started.value
+    assert download.suggested_filename == "notes.de.txt"
+    with open(download.path(), "rb") as downloaded:
+        assert downloaded.read().decode("utf-8") == translate_api(url, q=text)["translatedText"]
+    assert page.text_content("#error") == ""
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,21 @@ Examples:
     curl -s localhost:5000/translate -H 'Content-Type: application/json' \\
         -d '{"q": "twenty-one", "source": "en", "target": "de"}'
 
-LibreTranslate's ``POST /translate`` and ``GET /languages``, mt's ``POST /v1/translate`` (beam, nbest,
-alpha, strategy, scores), ``GET /health``, ``GET /metrics`` (Prometheus), ``/docs`` (OpenAPI) and a page
-at ``/``. Lines of concurrent requests are decoded together (``--max-batch-tokens``, ``--max-wait-ms``);
-each answer equals mt-translate's for the same lines and settings. A model of several target languages
+LibreTranslate's ``POST /translate``, ``POST /translate_file``, ``GET /languages`` and ``GET
+/frontend/settings``, mt's ``POST /v1/translate`` (beam, nbest, alpha, strategy, scores), ``GET /health``,
+``GET /metrics`` (Prometheus), ``/docs`` (OpenAPI) and a page at ``/`` (text, html or a file). Lines of
+concurrent requests are decoded together (``--max-batch-tokens``, ``--max-wait-ms``); each answer equals
+mt-translate's for the same lines and settings. A model of several target languages
 serves them all: a request's ``target`` picks one (``/languages`` lists them), as ``mt-translate
 --target-lang`` does, and lines for different targets share a batch. SIGTERM stops taking requests,
 answers those already taken, then exits 0.
+
+Files: ``curl -F file=@report.docx -F target=de localhost:5000/translate_file`` answers
+``{"translatedFileUrl": "http://.../download_file/<token>/report.de.docx"}`` (the formats:
+``/frontend/settings``' ``supportedFilesFormat``); the URL downloads the translation for ``--file-ttl``
+seconds. Files are bounded by ``--max-file-bytes`` and ``--max-file-sentences`` (not ``--max-lines``);
+translated files wait in a private temporary directory, removed at exit, at most ``--max-stored-bytes``
+in all (the oldest go first).
 """
 
 from __future__ import annotations
@@ -51,7 +59,18 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-lines", type=ranged(int, 1), default=DEFAULTS.max_lines,
                    help="lines in one request (default: %(default)s)")
     g.add_argument("--max-body-bytes", type=ranged(int, 1), default=DEFAULTS.max_body_bytes,
-                   help="request body size (default: %(default)s)")
+                   help="request body size (default: %(default)s; /translate_file's: --max-file-bytes)")
+    g.add_argument("--max-file-bytes", type=ranged(int, 1), default=DEFAULTS.max_file_bytes,
+                   help="size of a file uploaded to /translate_file; a larger one gets 413 (default: %(default)s; "
+                        "the upload's body may hold this plus 64 KiB of form fields, whatever --max-body-bytes)")
+    g.add_argument("--max-file-sentences", type=ranged(int, 1), default=DEFAULTS.max_file_sentences,
+                   help="sentences in one uploaded file; more get 400 (default: %(default)s; --max-lines does not "
+                        "apply to files)")
+    g.add_argument("--file-ttl", type=ranged(float, 0, low_open=True), default=DEFAULTS.file_ttl_s,
+                   help="seconds a translated file stays downloadable before it is removed (default: %(default)s)")
+    g.add_argument("--max-stored-bytes", type=ranged(int, 1), default=DEFAULTS.max_stored_bytes,
+                   help="translated files kept at once, in bytes; past it the oldest are removed first "
+                        "(default: %(default)s)")
     g.add_argument("--max-beam", type=ranged(int, 1), default=DEFAULTS.max_beam,
                    help="largest beam a request may ask for (default: %(default)s)")
     g.add_argument("--timeout", type=ranged(float, 0, low_open=True), default=DEFAULTS.timeout_s,
@@ -72,6 +91,8 @@ def settings_from(args: argparse.Namespace):
     return ServeSettings(
         max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
         max_lines=args.max_lines, max_body_bytes=args.max_body_bytes, max_beam=args.max_beam,
+        max_file_bytes=args.max_file_bytes, max_file_sentences=args.max_file_sentences, file_ttl_s=args.file_ttl,
+        max_stored_bytes=args.max_stored_bytes,
         timeout_s=args.timeout, api_keys=load_api_keys(args.api_keys) if args.api_keys else frozenset(),
         fill=not args.quick_start, threads=args.threads,
     )
@@ -137,6 +158,7 @@ def need_serve_extra() -> None:
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
+        import python_multipart  # noqa: F401  (Starlette parses /translate_file's uploads with it)
         import uvicorn  # noqa: F401
     except ImportError as e:
         raise UserError(f"mt-serve needs the serve extra (pip install -e '.[serve]'): {e}") from None

@@ -2,8 +2,9 @@
 
 The worker thread starts with the app (warm-up first: /health answers 200 after it) and stops after
 the server stopped taking requests and answered those it had (uvicorn's graceful shutdown on SIGTERM):
-every queued job is decoded before the process exits. Errors map to LibreTranslate's ``{"error": ...}``
-bodies in one place.
+every queued job is decoded before the process exits. The store of translated files (``files.FileStore``)
+opens with the app and is removed, files and directory, when it stops. Errors map to LibreTranslate's
+``{"error": ...}`` bodies in one place.
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ from starlette.exceptions import HTTPException
 from mt.decode.processes import usable_cores
 from mt.serve.batching import GATHER_BATCHES, BatchingWorker
 from mt.serve.engine import Engine, Options
+from mt.serve.file_routes import router as file_router
+from mt.serve.files import FileStore
 from mt.serve.front import Front
 from mt.serve.metrics import Metrics
-from mt.serve.middleware import BodyLimit, RequestMetrics
+from mt.serve.middleware import BodyLimit, Limit, RequestMetrics
 from mt.serve.problems import ApiError
 from mt.serve.routes import router
 from mt.serve.settings import ServeSettings
 
 log = logging.getLogger("mt.serve")
+FORM_ROOM = 64 * 1024  # what a /translate_file body holds besides the file: multipart headers, the other fields
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -57,6 +61,14 @@ def add_error_handlers(app: FastAPI) -> None:
         return error(500, f"Cannot translate text: internal error ({type(e).__name__})")
 
 
+def body_limits(settings: ServeSettings) -> tuple[Limit, dict[str, Limit]]:
+    """The body limit of every route, and of the routes with their own: /translate_file's upload, which
+    --max-body-bytes never cuts below --max-file-bytes."""
+    file_limit = max(settings.max_body_bytes, settings.max_file_bytes + FORM_ROOM)
+    every = Limit(settings.max_body_bytes, f"request body over --max-body-bytes {settings.max_body_bytes}")
+    return every, {"/translate_file": Limit(file_limit, f"file over --max-file-bytes {settings.max_file_bytes}")}
+
+
 def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     """The app serving ``engine``; its decoding worker runs while the app's lifespan does."""
     metrics = Metrics()
@@ -70,26 +82,34 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
         on_batch=metrics.observe_batch,
     )
 
+    files = FileStore(settings.file_ttl_s, settings.max_stored_bytes)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        files.open()
         worker.start()
         try:
             yield
         finally:
             await asyncio.to_thread(worker.stop)  # decodes what is still queued, then the thread ends
+            files.close()
 
     app = FastAPI(
         title="mt-serve",
         # no model path: it is public
         summary=f"Machine translation {engine.source_lang} -> {', '.join(engine.target_langs)}",
-        description="LibreTranslate-compatible `/translate` and `/languages`, mt's `/v1/translate` with decoding "
-        "options, `/health`, Prometheus `/metrics`. Lines of concurrent requests are decoded together.",
+        description="LibreTranslate-compatible `/translate`, `/translate_file`, `/languages` and `/frontend/settings`, "
+        "mt's `/v1/translate` with decoding options, `/health`, Prometheus `/metrics`. Lines of concurrent requests "
+        "are decoded together.",
         lifespan=lifespan,
     )
     app.state.front = Front(engine, worker, settings, metrics)
     app.state.metrics = metrics
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.state.files = files
+    every, own = body_limits(settings)
+    app.add_middleware(BodyLimit, limit=every, routes=own)
     app.add_middleware(RequestMetrics, metrics=metrics)
     add_error_handlers(app)
     app.include_router(router)
+    app.include_router(file_router)
     return app

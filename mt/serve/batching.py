@@ -192,8 +192,8 @@ class BatchingWorker:
         answers = Answers(batch)
         start = time.monotonic()
         try:
-            outputs = self.engine.translate(lines, batch[0].options, targets, on_done=answers.lines_done,
-                                            align=align if any(align) else None)
+            aligned = {"align": align} if any(align) else {}  # only engines asked to align need to know how
+            outputs = self.engine.translate(lines, batch[0].options, targets, on_done=answers.lines_done, **aligned)
             answers.finish(outputs)
         except Exception as e:  # noqa: BLE001  (one bad batch fails its requests, not the server)
             answers.fail(BatchFailed(f"{type(e).__name__}: {e}"))

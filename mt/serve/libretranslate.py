@@ -6,6 +6,17 @@ Flask's ``request.values`` does). ``q`` is a string or (JSON only) a list of str
 ``translatedText`` has the same shape. Each string is a document (``format=text``: plain text, every line
 break and blank line kept; ``format=html``: markup kept), split into sentences (``mt.serve.documents``).
 Bytes that are not UTF-8 are a 400.
+
+``GET /frontend/settings`` (``frontend_settings``) answers LibreTranslate's keys from the server's own
+settings: ``charLimit`` the characters that always fit in a /translate body within ``--max-body-bytes``
+(``(--max-body-bytes - 1000) // 6``: 1000 bytes for the other fields, and at most 6 bytes a character, as
+a browser counts them (UTF-16 units), in a JSON or multipart body: a control character escapes to
+``\\u00XX``; never -1, mt always has a body limit; ``--max-lines`` bounds the sentences besides);
+``frontendTimeout`` LibreTranslate's default 500 (the milliseconds its page waits after typing before it
+translates; mt's page translates on its button); ``apiKeys`` and ``keyRequired`` whether ``--api-keys`` is
+given (every request then needs a key); ``suggestions`` false (mt takes none); ``filesTranslation`` true;
+``supportedFilesFormat`` every extension ``/translate_file`` reads (``mt.document.formats.extensions``);
+``language`` the model's source and its first target language.
 """
 
 from __future__ import annotations
@@ -21,6 +32,11 @@ from starlette.requests import Request
 
 from mt.serve.limits import check_text
 from mt.serve.problems import bad_request
+from mt.serve.settings import ServeSettings
+
+FIELD_ROOM = 1000  # bytes of a /translate body besides the text: the other fields, JSON or multipart syntax
+BYTES_PER_CHAR = 6  # the most one UTF-16 unit takes in a JSON body (a control character as \u00XX)
+FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default --frontend-timeout
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fr": "French",
@@ -198,3 +214,27 @@ def languages(source_lang: str, target_langs: list[str]) -> list[dict[str, Any]]
         {"code": source_lang, "name": language_name(source_lang), "targets": list(target_langs)},
         *({"code": t, "name": language_name(t), "targets": []} for t in target_langs),
     ]
+
+
+def char_limit(max_body_bytes: int) -> int:
+    """The characters (UTF-16 units, as a browser counts them) that always fit in a body of ``max_body_bytes``."""
+    return max(1, (max_body_bytes - FIELD_ROOM) // BYTES_PER_CHAR)
+
+
+def frontend_settings(
+    source_lang: str, target_langs: list[str], settings: ServeSettings, file_extensions: list[str]
+) -> dict[str, Any]:
+    """GET /frontend/settings in LibreTranslate's shape (each key's meaning here: the module docstring)."""
+    return {
+        "charLimit": char_limit(settings.max_body_bytes),
+        "frontendTimeout": FRONTEND_TIMEOUT_MS,
+        "apiKeys": bool(settings.api_keys),
+        "keyRequired": bool(settings.api_keys),
+        "suggestions": False,
+        "filesTranslation": True,
+        "supportedFilesFormat": list(file_extensions),
+        "language": {
+            "source": {"code": source_lang, "name": language_name(source_lang)},
+            "target": {"code": target_langs[0], "name": language_name(target_langs[0])},
+        },
+    }

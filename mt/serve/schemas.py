@@ -42,6 +42,43 @@ class LibreTranslateResponse(BaseModel):
     alternatives: list[str] | list[list[str]] | None = None  # with alternatives > 0
 
 
+class TranslateFileForm(BaseModel):
+    """POST /translate_file's multipart fields (LibreTranslate's)."""
+
+    file: bytes = Field(json_schema_extra={"format": "binary"},
+                        description="the document; its extension names its format (/frontend/settings lists them)")
+    source: str = Field("auto", description="source language code, or auto")
+    target: str = Field(description="target language code")
+    api_key: str | None = None
+
+
+class TranslateFileResponse(BaseModel):
+    translatedFileUrl: str  # noqa: N815  (LibreTranslate's name)
+
+
+class LanguageName(BaseModel):
+    code: str
+    name: str
+
+
+class FrontendLanguages(BaseModel):
+    source: LanguageName
+    target: LanguageName
+
+
+class FrontendSettings(BaseModel):
+    """GET /frontend/settings, LibreTranslate's keys (``mt.serve.libretranslate.frontend_settings``)."""
+
+    charLimit: int  # noqa: N815
+    frontendTimeout: int  # noqa: N815
+    apiKeys: bool  # noqa: N815
+    keyRequired: bool  # noqa: N815
+    suggestions: bool
+    filesTranslation: bool  # noqa: N815
+    supportedFilesFormat: list[str]  # noqa: N815
+    language: FrontendLanguages
+
+
 class ErrorResponse(BaseModel):
     error: str
 

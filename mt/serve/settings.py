@@ -16,7 +16,11 @@ class ServeSettings:
     max_queue: int = 256  # requests waiting for the worker; more are refused with 429
     max_beam: int = 16  # largest beam a request may ask for
     max_lines: int = 128  # lines in one request
-    max_body_bytes: int = 1_000_000  # request body size
+    max_body_bytes: int = 1_000_000  # request body size (/translate_file's body: at least max_file_bytes)
+    max_file_bytes: int = 10_000_000  # a file uploaded to /translate_file
+    max_file_sentences: int = 5000  # sentences in one uploaded file (--max-lines does not apply to files)
+    file_ttl_s: float = 600.0  # how long a translated file stays downloadable
+    max_stored_bytes: int = 512 * 2**20  # translated files kept at once (the oldest are removed first)
     timeout_s: float = 60.0  # a request not answered in this time gets 504
     api_keys: frozenset[str] = field(default_factory=frozenset)  # empty: no key needed
     fill: bool = True  # warm up with the largest batch at the length limit too (``TorchEngine.fill``)

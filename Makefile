@@ -26,7 +26,7 @@ HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
 .PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
-.PHONY: serve bench-serve
+.PHONY: serve bench-serve eval-documents
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
@@ -35,7 +35,8 @@ help:
 	@echo "make export TO=ctranslate2|hf CKPT=path/to/checkpoint.pt OUT=dir [QUANT=int8] [ARGS=--force]"
 	@echo "make bench-scale PAIRS=4500000 | make bench-peers | make bench-bf16 | make bench-curves | make ablate [ARGS='--minutes 30']"
 	@echo "make serve [EXP=..|CKPT=..] [PORT=5000] [HOST=127.0.0.1] [ARGS='--api-keys keys.txt']   (HTTP, page at /)"
-	@echo "make bench-serve CKPT=multi30k/checkpoints/best.pt [ARGS='--soak-minutes 10']"
+	@echo "make bench-serve CKPT=multi30k/checkpoints/best.pt [ARGS='--soak-minutes 10' | ARGS='--documents 200']"
+	@echo "make eval-documents CKPT=multi30k/checkpoints/best.pt   (paragraph BLEU, tag placement)"
 	@echo "make test | make bench | make summary MODEL=transformer_base VOCAB=37000 | make plots RUN=runs/demo"
 
 $(STAMP): pyproject.toml
@@ -72,6 +73,14 @@ export: $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/mt-serve --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) --host $(HOST) --port $(PORT) $(ARGS)
+
+# paragraphs with and without sentence splitting, and inline-tag placement (docs/recipes.md); eflomal (the
+# reference word aligner) is installed on first use
+eval-documents: $(STAMP)
+	$(if $(CKPT),,$(error usage: make eval-documents CKPT=path/to/multi30k/checkpoint.pt))
+	@$(BIN)/python -c "import eflomal" 2>/dev/null || $(BIN)/python -m pip install -q --disable-pip-version-check eflomal==2.0.0
+	$(BIN)/python scripts/eval_documents.py paragraphs --ckpt $(CKPT) $(ARGS)
+	$(BIN)/python scripts/eval_documents.py tags --ckpt $(CKPT) $(ARGS)
 
 bench-serve: $(STAMP)
 	$(BIN)/python scripts/bench_serve.py $(if $(CKPT),--ckpt $(CKPT)) $(ARGS)

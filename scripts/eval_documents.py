@@ -2,6 +2,7 @@
 
     python scripts/eval_documents.py paragraphs --ckpt runs/multi30k_en_de/.../best.pt
     python scripts/eval_documents.py tags --ckpt ... [--sentences 200]     (needs eflomal: make eval-documents)
+    python scripts/eval_documents.py segmenters        (sentencex against pysbd and blingfire, where installed)
 
 ``paragraphs``: each Multi30k test set of the model's pair (test2016 and valid, from ``--data``) grouped
 into paragraphs of 3-8 consecutive sentences (a fixed seed), each sentence ending in a full stop (a caption
@@ -250,12 +251,47 @@ def run_tags(args: argparse.Namespace) -> None:
               f"{unreferenced} | {seconds:.1f} |")
 
 
+def run_segmenters(args: argparse.Namespace) -> None:
+    """Each candidate segmenter on the paragraphs of every language's test2016: how many paragraphs it splits
+    exactly into their sentences, and its time per paragraph (pysbd and blingfire only if installed)."""
+    import sentencex
+
+    candidates = {"sentencex": lambda lang: lambda t: list(sentencex.segment(lang, t))}
+    try:
+        import pysbd
+
+        candidates["pysbd"] = lambda lang: pysbd.Segmenter(language=lang, clean=False).segment
+    except ImportError:
+        print("pysbd not installed (pip install pysbd==0.3.4): left out")
+    try:
+        import blingfire
+
+        candidates["blingfire"] = lambda lang: lambda t: blingfire.text_to_sentences(t).split("\n")
+    except ImportError:
+        print("blingfire not installed (pip install blingfire==0.1.8): left out")
+    print("| language | segmenter | paragraphs split exactly | ms per paragraph |")
+    print("| --- | --- | ---: | ---: |")
+    for lang in ("en", "de", "fr", "cs"):
+        sentences = [full_stop(s) for s in read(args.data / f"test_2016_flickr.{lang}.gz")]
+        groups = [sentences[a:b] for a, b in paragraphs(len(sentences), args.seed)]
+        for name, make in candidates.items():
+            try:
+                split = make(lang)
+            except (ValueError, KeyError) as e:
+                print(f"| {lang} | {name} | no rules for {lang} ({type(e).__name__}) | |")
+                continue
+            start = time.monotonic()
+            exact = sum([s.strip() for s in split(" ".join(g)) if s.strip()] == g for g in groups)
+            ms = 1000 * (time.monotonic() - start) / len(groups)
+            print(f"| {lang} | {name} | {exact}/{len(groups)} ({100 * exact / len(groups):.1f}%) | {ms:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("paragraphs", "tags"):
+    for name in ("paragraphs", "tags", "segmenters"):
         p = sub.add_parser(name)
-        p.add_argument("--ckpt", type=Path, required=True)
+        p.add_argument("--ckpt", type=Path, required=name != "segmenters")
         p.add_argument("--data", type=Path, default=DATA)
         p.add_argument("--seed", type=int, default=0)
         if name == "tags":
@@ -265,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "paragraphs":
         run_paragraphs(args)
+    elif args.command == "segmenters":
+        run_segmenters(args)
     else:
         run_tags(args)
     return 0

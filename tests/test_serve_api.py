@@ -216,3 +216,35 @@ def test_a_sentence_over_the_limit_is_cut_and_every_piece_translated(strict_serv
 def test_errors_never_leak_the_api_key_into_the_body(strict_server):
     response = post(strict_server, "/translate", json={"q": 5, "target": "de", "api_key": "secret-one"})
     assert "secret" not in json.dumps(response.json())
+
+
+def test_alternatives_in_libretranslates_shape(server):
+    one = post(server, "/translate", json={"q": LINES[0], "target": "de", "alternatives": 2}).json()
+    assert isinstance(one["alternatives"], list) and len(one["alternatives"]) <= 2
+    alternatives = one["alternatives"]
+    assert one["translatedText"] not in alternatives and len(set(alternatives)) == len(alternatives)
+    many = post(server, "/translate", json={"q": LINES[:2], "target": "de", "alternatives": 1}).json()
+    assert len(many["alternatives"]) == 2 and all(isinstance(a, list) for a in many["alternatives"])
+    form = post(server, "/translate", data={"q": LINES[0], "target": "de", "alternatives": "2"}).json()
+    assert form["alternatives"] == one["alternatives"]
+    html = post(server, "/translate", json={"q": f"<p>{LINES[0]}</p>", "target": "de", "format": "html",
+                                            "alternatives": 2}).json()
+    assert html["alternatives"] == []  # as LibreTranslate: alternatives are for text
+
+
+def test_html_keeps_the_markup_and_recovers_broken_markup(server):
+    answer = post(server, "/translate", json={"q": f'<p title="{LINES[1]}">{LINES[0]} <b>{LINES[2]}</b></p>',
+                                              "target": "de", "format": "html"})
+    assert answer.status_code == 200
+    text = answer.json()["translatedText"]
+    assert text.startswith("<p title=") and "<b>" in text and text.endswith("</p>")
+    broken = post(server, "/translate", json={"q": f"<p>{LINES[0]} <b>{LINES[1]}", "target": "de", "format": "html"})
+    assert broken.status_code == 200 and "<b>" in broken.json()["translatedText"]
+
+
+def test_v1_translate_splits_sentences_unless_told_not_to(server, engine):
+    text = f"{LINES[0]}. {LINES[1]}."
+    split = post(server, "/v1/translate", json={"q": text}).json()["translations"][0]["text"]
+    assert split == " ".join(reference(engine, [f"{LINES[0]}.", f"{LINES[1]}."]))
+    whole = post(server, "/v1/translate", json={"q": text, "split_sentences": False}).json()["translations"][0]["text"]
+    assert whole == reference(engine, [text])[0]

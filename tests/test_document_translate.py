@@ -85,3 +85,31 @@ def test_lines_stay_line_aligned_unless_splitting_is_asked_for(demo, tmp_path):
     translator = Translator(model, tokenizers, cfg.decode, "cpu", max_positions=cfg.model.max_positions)
     a, b, c = translator.translate([f"{first}.", f"{second}.", second])
     assert split.read_text().splitlines() == [f"{a} {b}", c]
+
+
+def test_word_links_come_from_the_chosen_layers_attention(translator, demo):
+    """Each target word gets one link to a source word in range; the pieces of a word are summed, so a link
+    is the source word its pieces attended to most (checked against the attention computed here)."""
+    import torch
+
+    from mt.decode.align import attention
+
+    lines = demo.sources[:6]
+    translations = translator.translate_nbest(lines, scores=False)
+    for layer, shift in ((-1, False), (-2, True)):
+        links = translator.align(lines, translations, layer=layer, shift=shift)
+        for line, tr, found in zip(lines, translations, links, strict=True):
+            assert sorted(t for _, t in found) == list(range(len(tr.text.split())))
+            assert all(0 <= s < len(line.split()) for s, _ in found)
+    line, tr = lines[0], translations[0]
+    src_ids, src_spans = translator.tokenizers.src.encode_with_spans(line)
+    text, tgt_spans = translator.tokenizers.tgt.decode_with_spans(tr.hypotheses[0].tokens)
+    from mt.decode.align import AlignInput, piece_words
+
+    pair = AlignInput(src_ids, piece_words(line, src_spans), tr.hypotheses[0].tokens, piece_words(text, tgt_spans))
+    weights = attention(translator.model, [pair], "cpu", -1)[0]  # (T+1, S+1)
+    first_word = [k for k, w in enumerate(pair.tgt_words) if w == 0]
+    src_of = torch.tensor(pair.src_words)
+    per_piece = weights[first_word].sum(0)[: len(src_ids)] * (src_of >= 0)  # spaces belong to no word
+    by_word = torch.zeros(max(pair.src_words) + 1).index_add_(0, src_of.clamp(min=0), per_piece)
+    assert (int(by_word.argmax()), 0) in translator.align([line], [tr], layer=-1, shift=False)[0]

@@ -64,3 +64,17 @@ def test_gnmt_and_a_missing_model_are_refused_by_name(engine, tmp_path):
         Ct2Engine.load(engine.directory, {"length_penalty": "gnmt"}, 1, "en", "de")
     with pytest.raises(UserError, match="no model.bin"):
         Ct2Engine.load(tmp_path, {}, 1, "en", "de")
+
+
+def test_word_links_from_ctranslate2s_attention(demo, engine):
+    """An export aligns through CTranslate2's own attention: every target word linked to a source word."""
+    lines = demo.sources[:4]
+    outputs = engine.translate(lines, Options(), align=[True, False, True, True])
+    assert outputs[1].links is None
+    for line, output in zip(lines, outputs, strict=True):
+        if output.links is None:
+            continue
+        target_words, source_words = len(output.text.split()), len(line.split())
+        assert sorted(t for _, t in output.links) == list(range(target_words))
+        assert all(0 <= s < source_words for s, _ in output.links)
+    assert [o.text for o in outputs] == [o.text for o in engine.translate(lines, Options())]

@@ -1,38 +1,20 @@
 """HTML documents: what the model sees, and that the writer puts text and elements back where they belong.
 
-Translations are faked: ``upper`` keeps every inline where it was, ``reverse`` reverses the word order
-with the inline elements carried along (as a projection would), so the expected output is written by hand.
+Translations are faked (``document_helpers``): ``upper`` keeps every inline where it was, ``reverse`` reverses
+the word order with the inline elements carried along (as a projection would), so the expected output is
+written by hand.
 """
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from document_helpers import reverse, upper
 from lxml import etree
 from lxml import html as lxml_html
 
 from mt.document.errors import DocumentError
 from mt.document.formats import html
-from mt.document.model import Element, Inline, Unit, check_inlines, flatten, nest
-
-
-def upper(units: list[Unit]) -> list[Unit]:
-    return [Unit(unit.text.upper(), unit.inlines) for unit in units]
-
-
-def reverse(units: list[Unit]) -> list[Unit]:
-    """Each unit's words in reverse order, every element around the same words (its keys and nesting kept)."""
-
-    def flip(nodes: list[str | Element]) -> list[str | Element]:
-        return [
-            "".join(reversed(re.findall(r"\s+|\S+", node)))
-            if isinstance(node, str)
-            else Element(node.key, flip(node.children))
-            for node in reversed(nodes)
-        ]
-
-    return [flatten(flip(nest(unit.text, unit.inlines))) for unit in units]
+from mt.document.model import Inline, Unit, check_inlines
 
 
 def texts(source: str) -> list[str]:
@@ -45,6 +27,12 @@ def texts(source: str) -> list[str]:
 def translate(source: str, fake=upper) -> str:
     document = html.read_fragment(source)
     return document.write(fake(document.units)).decode("utf-8")
+
+
+def translate_page(source: str) -> tuple[list[str], str]:
+    """A whole HTML document's units, and the document uppercased."""
+    document = html.read(source.encode(), "page.html")
+    return [unit.text for unit in document.units], document.write(upper(document.units)).decode()
 
 
 def shape(markup: str) -> list[tuple[str, dict[str, str]]]:
@@ -156,9 +144,8 @@ def test_button_values_and_the_meta_description_are_units():
         '</head><body><form><input type="submit" value="Send it"><input type="text" value="typed text">'
         "</form></body></html>"
     )
-    document = html.read(source.encode(), "form.html")
-    assert [unit.text for unit in document.units] == ["A page about cats", "Send it"]
-    out = document.write(upper(document.units)).decode()
+    units, out = translate_page(source)
+    assert units == ["A page about cats", "Send it"]
     assert 'content="A PAGE ABOUT CATS"' in out and 'content="Ann"' in out
     assert 'value="SEND IT"' in out and 'value="typed text"' in out
 
@@ -190,9 +177,8 @@ def test_a_document_keeps_its_doctype_and_head():
         '<link rel="stylesheet" href="s.css"><script src="a.js"></script></head>\n'
         "<body><p>Hello <b>world</b></p></body></html>"
     )
-    document = html.read(source.encode(), "page.html")
-    assert [unit.text for unit in document.units] == ["The page", "Hello world"]
-    out = document.write(upper(document.units)).decode()
+    units, out = translate_page(source)
+    assert units == ["The page", "Hello world"]
     assert out.startswith("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>THE PAGE</title>")
     assert '<link rel="stylesheet" href="s.css"><script src="a.js"></script></head>' in out
     assert "<body><p>HELLO <b>WORLD</b></p></body></html>" in out

@@ -1,8 +1,8 @@
 """Markdown documents: what the model sees, and that the writer keeps the structure, URLs and code.
 
 Written-back Markdown is compared by the HTML it renders to (whitespace runs made one space), since the
-writer formats it the way mdformat does. Translations are faked: ``upper`` keeps every inline where it
-was, ``reverse`` reverses the word order with the inline elements carried along.
+writer formats it the way mdformat does. Translations are faked (``document_helpers``): ``upper`` keeps
+every inline where it was, ``reverse`` reverses the word order with the inline elements carried along.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from document_helpers import reverse, upper
 from markdown_it import MarkdownIt
 
 from mt.document.errors import DocumentError
 from mt.document.formats import markdown
-from mt.document.model import Element, Inline, Unit, check_inlines, flatten, nest
+from mt.document.model import Inline, Unit, check_inlines
 
 SOURCE = """\
 Setext title
@@ -54,24 +55,6 @@ print("code is kept")
 def html_of(text: str) -> str:
     rendered = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(text)
     return re.sub(r"\s+", " ", rendered).strip()
-
-
-def upper(units: list[Unit]) -> list[Unit]:
-    return [Unit(unit.text.upper(), unit.inlines) for unit in units]
-
-
-def reverse(units: list[Unit]) -> list[Unit]:
-    """Each unit's words in reverse order, every element around the same words (its keys and nesting kept)."""
-
-    def flip(nodes: list[str | Element]) -> list[str | Element]:
-        return [
-            "".join(reversed(re.findall(r"\s+|\S+", node)))
-            if isinstance(node, str)
-            else Element(node.key, flip(node.children))
-            for node in reversed(nodes)
-        ]
-
-    return [flatten(flip(nest(unit.text, unit.inlines))) for unit in units]
 
 
 def read(text: str) -> markdown.MarkdownDocument:

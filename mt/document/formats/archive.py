@@ -4,13 +4,15 @@ Every reader calls ``check_archive`` first: a file that is not a zip (corrupt, o
 how Office saves an encrypted document) or that would unpack to too much (a zip bomb) is a ``DocumentError``
 naming the file. The check reads only the zip's central directory (each member's declared sizes) and
 decompresses nothing; Python's ``zipfile`` never inflates a member past its declared size, so the declared
-sizes bound what the libraries can unpack later. ``library_error`` turns anything a library raises while
-reading (a missing part, broken XML) into the same one-line ``DocumentError``.
+sizes bound what the libraries can unpack later. Inside ``library_errors``, anything a library raises while
+reading (a missing part, broken XML) becomes the same kind of one-line ``DocumentError`` (``library_error``).
 """
 
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from io import BytesIO
 from pathlib import PurePath
 
@@ -59,3 +61,15 @@ def library_error(name: str, kind: str, error: Exception) -> DocumentError:
     if len(reason) > 200:
         reason = reason[:197] + "..."
     return DocumentError(f"{name}: not a valid .{kind} file: {reason}")
+
+
+@contextmanager
+def library_errors(name: str, kind: str) -> Iterator[None]:
+    """Reading ``name`` with a library (python-docx, python-pptx, odfpy, lxml, zipfile): whatever it raises on a
+    broken file, the user's file, is the ``DocumentError`` of ``library_error``."""
+    try:
+        yield
+    except DocumentError:
+        raise
+    except Exception as error:
+        raise library_error(name, kind, error) from None

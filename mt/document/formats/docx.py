@@ -26,18 +26,15 @@ Styles, numbering, section properties, images and every other part stay as they 
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from dataclasses import dataclass, field
 from io import BytesIO
 from typing import Any
 
-from lxml import etree
-
-from mt.document.errors import DocumentError
 from mt.document.formats import Format
-from mt.document.formats.archive import check_archive, library_error
-from mt.document.formats.spacing import pad, unpad
-from mt.document.model import Element, Unit, flatten, nest
+from mt.document.formats.archive import check_archive, library_errors
+from mt.document.formats.paragraphs import OfficeDocument, Opened, Paragraph, keep, read_document, saved
+from mt.document.formats.runs import Formatting, RunWriter, Text, formatted, most_common, stretches
+from mt.document.model import Element, Unit
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
@@ -63,14 +60,8 @@ STORY_TYPES = (
 )
 
 
-# A paragraph's content as read: text of a run, a verbatim element, a wrapper, a complex field.
-@dataclass
-class _Text:
-    rpr: Any  # the run's w:rPr (None: none)
-    text: str
-    element: Any  # the w:t
-
-
+# A paragraph's content as read: text of a run (``Text``, its element the w:t), a verbatim element, a wrapper,
+# a complex field.
 @dataclass
 class _Code:
     element: Any  # written back as it was: inside a new run with a copy of ``rpr`` when ``in_run``
@@ -91,28 +82,17 @@ class _Field:
     end: list[_Code]  # fldChar end (empty: the field ends in a later paragraph)
 
 
-_Item = _Text | _Code | _Container | _Field
+_Item = Text | _Code | _Container | _Field
 
 
-# What an inline's key stands for when writing.
-@dataclass
-class _Format:
-    rpr: Any
-
-
+# What an inline's key stands for when writing: a ``Formatting``, a ``_Code`` or a wrapper.
 @dataclass
 class _Wrap:
     element: Any  # a _Container's element or a _Field
     base: Any  # the w:rPr of text directly inside it
 
 
-@dataclass
-class _Paragraph:
-    element: Any  # the w:p
-    unit: Unit
-    base: Any
-    codes: list[_Format | _Code | _Wrap] = field(default_factory=list)
-    padded: set[int] = field(default_factory=set)  # keys of the breaks a space was put after (``spacing``)
+_Paragraph = Paragraph[Formatting | _Code | _Wrap]
 
 
 @dataclass
@@ -127,11 +107,6 @@ class _Story:
             from docx.opc.oxml import serialize_part_xml
 
             self.part._blob = serialize_part_xml(self.root)  # python-docx 1.2 keeps a plain part's bytes here
-
-
-def _rpr_key(rpr: Any) -> bytes:
-    """What compares run properties: their XML (empty properties are none)."""
-    return b"" if rpr is None or (len(rpr) == 0 and not rpr.attrib) else etree.tostring(rpr, with_tail=False)
 
 
 def _text_of(t: Any) -> str:
@@ -156,7 +131,7 @@ def _items(children: Any) -> list[_Item]:
                 if not isinstance(part.tag, str) or part.tag in DROPPED or part.tag == w("rPr"):
                     continue
                 if part.tag == w("t"):
-                    items.append(_Text(rpr, _text_of(part), part))
+                    items.append(Text(rpr, _text_of(part), part))
                 else:
                     items.append(_Code(part, True, rpr))
         elif child.tag in CONTAINERS and _content(child) is not None:
@@ -175,7 +150,7 @@ def _fld_type(item: _Item) -> str | None:
 
 def _verbatim(item: _Item) -> _Code:
     """An item of a field's instruction, kept as it was."""
-    if isinstance(item, _Text):
+    if isinstance(item, Text):
         return _Code(item.element, True, item.rpr)
     if isinstance(item, _Container):
         return _Code(item.element, False)
@@ -225,58 +200,30 @@ def _fields(items: list[_Item]) -> list[_Item]:
     return top
 
 
-def _base(items: list[_Item], default: Any) -> Any:
-    """The most common run properties of the text directly in ``items``, by characters (``default``: none)."""
-    counts: Counter[bytes] = Counter()
-    first: dict[bytes, Any] = {}
-    for item in items:
-        if isinstance(item, _Text):
-            key = _rpr_key(item.rpr)
-            counts[key] += len(item.text)
-            first.setdefault(key, item.rpr)
-    return first[counts.most_common(1)[0][0]] if counts else default
-
-
-def _tree(items: list[_Item], base: Any, codes: list[_Format | _Code | _Wrap]) -> list[str | Element]:
+def _tree(items: list[_Item], base: Any, codes: list[Formatting | _Code | _Wrap]) -> list[str | Element]:
     """Items as a tree of text and elements; ``codes[key]`` records what each element's key stands for."""
     out: list[str | Element] = []
-    at = 0
-    while at < len(items):
-        item = items[at]
-        at += 1
-        if isinstance(item, _Text):
-            key = _rpr_key(item.rpr)
-            text = item.text
-            while at < len(items) and isinstance(items[at], _Text) and _rpr_key(items[at].rpr) == key:
-                text += items[at].text
-                at += 1
-            if not text:
-                continue
-            if key == _rpr_key(base):
-                out.append(text)
-                continue
-            codes.append(_Format(item.rpr))
-            out.append(Element(len(codes) - 1, [text]))
+    for item in stretches(items):
+        if isinstance(item, Text):
+            out.append(formatted(item, base, codes))
         elif isinstance(item, _Code):
-            codes.append(item)
-            out.append(Element(len(codes) - 1, []))
+            out.append(Element(keep(codes, item), []))
         else:
-            inner = _base(item.items, base)
-            codes.append(_Wrap(item.element if isinstance(item, _Container) else item, inner))
-            key = len(codes) - 1
+            inner = most_common(item.items, base)
+            key = keep(codes, _Wrap(item.element if isinstance(item, _Container) else item, inner))
             out.append(Element(key, _tree(item.items, inner, codes)))
     return out
 
 
+def _is_break(code: Formatting | _Code | _Wrap) -> bool:
+    return isinstance(code, _Code) and code.element.tag in BREAKS
+
+
 def _paragraph(p: Any) -> _Paragraph:
     items = _items(p)
-    base = _base(items, None)
-    found = _Paragraph(p, Unit(""), base)
-    tree = _tree(items, base, found.codes)
-    codes = found.codes
-    found.padded = pad(tree, lambda key: isinstance(codes[key], _Code) and codes[key].element.tag in BREAKS)
-    found.unit = flatten(tree)
-    return found
+    base = most_common(items, None)
+    codes: list[Formatting | _Code | _Wrap] = []
+    return Paragraph.read(p, _tree(items, base, codes), codes, _is_break, base)
 
 
 def _run(rpr: Any, *content: Any) -> Any:
@@ -289,63 +236,50 @@ def _run(rpr: Any, *content: Any) -> Any:
     return run
 
 
-def _text_runs(text: str, rpr: Any) -> list[Any]:
-    """``text`` as one run in ``rpr``: tabs and line breaks in it become ``w:tab`` and ``w:br``."""
-    from docx.oxml import OxmlElement
-
-    content = []
-    for i, line in enumerate(text.split("\n")):
-        if i:
-            content.append(OxmlElement("w:br"))
-        for j, piece in enumerate(line.split("\t")):
-            if j:
-                content.append(OxmlElement("w:tab"))
-            if piece:
-                t = OxmlElement("w:t")
-                t.text = piece
-                if piece != piece.strip():
-                    t.set(XML_SPACE, "preserve")
-                content.append(t)
-    return [_run(rpr, *content)] if content else []
-
-
 def _emit(code: _Code) -> Any:
     return _run(code.rpr, code.element) if code.in_run else code.element
 
 
-def _render(nodes: list[str | Element], base: Any, codes: list[_Format | _Code | _Wrap]) -> list[Any]:
+class _Writer(RunWriter):
     """A translated tree as the elements of a paragraph (or of a wrapper)."""
-    out: list[Any] = []
-    for node in nodes:
-        if isinstance(node, str):
-            out.extend(_text_runs(node, base))
-            continue
-        code = codes[node.key]
-        if isinstance(code, _Format):
-            out.extend(_render(node.children, code.rpr, codes))
-        elif isinstance(code, _Code):
-            out.append(_emit(code))
-            out.extend(_render(node.children, base, codes))  # nothing, unless a translation put text in it
-        elif isinstance(code.element, _Field):
-            out.extend(_emit(c) for c in code.element.begin)
-            out.extend(_render(node.children, code.base, codes))
-            out.extend(_emit(c) for c in code.element.end)
-        else:
-            wrapper = copy.deepcopy(code.element)  # its attributes and properties (w:sdtPr), without its runs
-            holder = _content(wrapper)
-            for child in list(holder):
-                if not (isinstance(child.tag, str) and child.tag.endswith("Pr")):
-                    holder.remove(child)
-            holder.extend(_render(node.children, code.base, codes))
-            out.append(wrapper)
-    return out
+
+    def runs(self, text: str, rpr: Any) -> list[Any]:
+        """``text`` as one run in ``rpr``: tabs and line breaks in it become ``w:tab`` and ``w:br``."""
+        from docx.oxml import OxmlElement
+
+        content = []
+        for i, line in enumerate(text.split("\n")):
+            if i:
+                content.append(OxmlElement("w:br"))
+            for j, piece in enumerate(line.split("\t")):
+                if j:
+                    content.append(OxmlElement("w:tab"))
+                if piece:
+                    t = OxmlElement("w:t")
+                    t.text = piece
+                    if piece != piece.strip():
+                        t.set(XML_SPACE, "preserve")
+                    content.append(t)
+        return [_run(rpr, *content)] if content else []
+
+    def element(self, code: _Code | _Wrap, children: list[str | Element], rpr: Any) -> list[Any]:
+        if isinstance(code, _Code):  # its children: nothing, unless a translation put text in it
+            return [_emit(code), *self.render(children, rpr)]
+        if isinstance(code.element, _Field):
+            begin, end = code.element.begin, code.element.end
+            return [*map(_emit, begin), *self.render(children, code.base), *map(_emit, end)]
+        wrapper = copy.deepcopy(code.element)  # its attributes and properties (w:sdtPr), without its runs
+        holder = _content(wrapper)
+        for child in list(holder):
+            if not (isinstance(child.tag, str) and child.tag.endswith("Pr")):
+                holder.remove(child)
+        holder.extend(self.render(children, code.base))
+        return [wrapper]
 
 
 def _rebuild(paragraph: _Paragraph, translated: Unit) -> None:
     # Render first: it moves the verbatim elements out of the old runs, which are removed after.
-    tree = nest(translated.text, translated.inlines)
-    unpad(tree, paragraph.padded)
-    content = _render(tree, paragraph.base, paragraph.codes)
+    content = _Writer(paragraph.codes).render(paragraph.translated_tree(translated), paragraph.base)
     p = paragraph.element
     for child in list(p):
         if child.tag != w("pPr"):
@@ -353,58 +287,37 @@ def _rebuild(paragraph: _Paragraph, translated: Unit) -> None:
     p.extend(content)
 
 
-def _open(data: bytes, name: str) -> tuple[Any, list[_Story]]:
+def _load(data: bytes, name: str) -> tuple[Any, list[_Story]]:
     """The python-docx document and its stories: the body, then headers, footers, footnotes, endnotes."""
     check_archive(data, name, kind="docx")
     import docx
     from docx.opc.part import XmlPart
     from docx.oxml.parser import parse_xml
 
-    try:
+    with library_errors(name, "docx"):
         document = docx.Document(BytesIO(data))
         parts = [p for p in document.part.package.iter_parts() if p.content_type in STORY_TYPES]
         parts.sort(key=lambda p: (p is not document.part, STORY_TYPES.index(p.content_type), str(p.partname)))
         stories = [_Story(p.element) if isinstance(p, XmlPart) else _Story(parse_xml(p.blob), p) for p in parts]
-    except DocumentError:
-        raise
-    except Exception as error:  # whatever python-docx or lxml raise on a broken package: the user's file
-        raise library_error(name, "docx", error) from None
     return document, stories
 
 
-def _paragraphs(stories: list[_Story]) -> list[_Paragraph]:
-    """Every paragraph with text, in document order (a text box's after the paragraph it is anchored in)."""
-    found = [_paragraph(p) for story in stories for p in story.root.iter(w("p"))]
-    return [paragraph for paragraph in found if paragraph.unit.text.strip()]
+def _open(data: bytes, name: str) -> Opened:
+    """The paragraphs with text of the .docx file ``data``, in document order (a text box's after the paragraph
+    it is anchored in)."""
+    document, stories = _load(data, name)
 
-
-@dataclass
-class DocxDocument:
-    """A read .docx: its units; ``write`` re-reads ``data`` and rebuilds the units' paragraphs."""
-
-    data: bytes
-    name: str
-    units: list[Unit]
-    hard_breaks: bool = False
-
-    def write(self, translated: list[Unit]) -> bytes:
-        document, stories = _open(self.data, self.name)
-        paragraphs = _paragraphs(stories)
-        if len(translated) != len(paragraphs):
-            raise ValueError(f"{self.name}: {len(translated)} translated units for {len(paragraphs)} paragraphs")
-        for paragraph, unit in zip(paragraphs, translated, strict=True):
-            _rebuild(paragraph, unit)
+    def save() -> bytes:
         for story in stories:
             story.save()
-        out = BytesIO()
-        document.save(out)
-        return out.getvalue()
+        return saved(document)
+
+    return Opened.of((_paragraph(p) for story in stories for p in story.root.iter(w("p"))), save)
 
 
-def read(data: bytes, name: str) -> DocxDocument:
+def read(data: bytes, name: str) -> OfficeDocument:
     """The units of the .docx file ``data`` (``name`` for error messages)."""
-    _, stories = _open(data, name)
-    return DocxDocument(data, name, [paragraph.unit for paragraph in _paragraphs(stories)])
+    return read_document(data, name, _open, _rebuild)
 
 
 FORMAT = Format(

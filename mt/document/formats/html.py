@@ -16,10 +16,10 @@ The model sees text with entities decoded and each run of spaces, tabs and newli
 around a zero-width element, which keeps the space on either side); the whitespace a run starts and ends
 with is kept as it was. A ``br`` between two words has a space after it, so they stay two words
 (``mt.document.formats.spacing``: the writer takes it out again), and a zero-width element that stood
-between spaces gets back a space a translation left it without on one side (``respace``). lxml escapes on
-output; a document is written in the charset it was read in. External entities are never loaded:
-libxml2's HTML parser reads no DTD. Elements nested more than 256 deep (libxml2 would drop what lies
-deeper) are an error.
+between spaces gets back a space a translation left it without on one side (``spacing.respace``). lxml
+escapes on output; a document is written in the charset it was read in. External entities are never
+loaded: libxml2's HTML parser reads no DTD. Elements nested more than 256 deep (libxml2 would drop what
+lies deeper) are an error.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from lxml import html as lxml_html
 
 from mt.document.errors import DocumentError
 from mt.document.formats import Format
-from mt.document.formats.spacing import pad, unpad
-from mt.document.model import Element, Inline, Unit, flatten, nest
+from mt.document.formats.spacing import Spacing, read_spaced
+from mt.document.model import Element, Inline, Unit, flatten
 
 BLOCK_TAGS = frozenset("""
     html head body title meta link base address article aside blockquote caption center col colgroup dd details
@@ -88,46 +88,6 @@ def _has_block(element: etree._Element) -> bool:
         if not _skipped(child) and _has_block(child):
             return True
     return False
-
-
-def spaced(unit: Unit) -> set[int]:
-    """Keys of the zero-width elements with whitespace right before and right after them in ``unit``."""
-    text = unit.text
-    return {inline.key for inline in unit.inlines
-            if inline.start == inline.end and 0 < inline.start < len(text)
-            and text[inline.start - 1].isspace() and text[inline.start].isspace()}
-
-
-def respace(tree: list[str | Element], keys: set[int]) -> None:
-    """Give each element of ``keys`` (``spaced`` in the source) back the space a translation left on one side
-    only: a projection puts a zero-width element against a word ("Run<code>x</code> now"), and inline code
-    or an image between words should stay between words. Text on neither side, or spaces on both: left."""
-
-    def leaves(nodes: list[str | Element]) -> list[tuple[list[str | Element], int]]:
-        out = []
-        for i, node in enumerate(nodes):
-            out.append((nodes, i))
-            if isinstance(node, Element):
-                out += leaves(node.children)
-        return out
-
-    found = leaves(tree)
-    after = [""] * (len(found) + 1)  # the first character of text from each node on
-    for k in reversed(range(len(found))):
-        nodes, i = found[k]
-        node = nodes[i]
-        after[k] = node[0] if isinstance(node, str) and node else after[k + 1]
-    last = ""  # the last character of text so far, spaces to be inserted included
-    inserts: list[tuple[list[str | Element], int]] = []
-    for k, (nodes, i) in enumerate(found):
-        node = nodes[i]
-        if isinstance(node, str):
-            last = node[-1:] or last
-        elif node.key in keys and last and after[k + 1] and last.isspace() != after[k + 1].isspace():
-            inserts.append((nodes, i + 1 if last.isspace() else i))
-            last = " "
-    for nodes, i in reversed(inserts):  # later places first: the earlier indices stay right
-        nodes.insert(i, " ")
 
 
 def _squeeze(unit: Unit) -> tuple[Unit, str, str]:
@@ -207,14 +167,10 @@ class _Run:
     children: list[etree._Element]
     lead: str
     trail: str
-    padded: set[int]  # keys of the line breaks a space was put after (``mt.document.formats.spacing``)
-    spaced: set[int]  # keys of the zero-width elements that stood between spaces (``respace``)
+    spacing: Spacing  # around its line breaks and zero-width elements (``mt.document.formats.spacing``)
 
     def write(self, unit: Unit, kept: list[_Kept]) -> None:
-        tree = nest(unit.text, unit.inlines)
-        unpad(tree, self.padded)
-        respace(tree, self.spaced)
-        head, items = _split([self.lead, *tree, self.trail], kept)
+        head, items = _split([self.lead, *self.spacing.tree(unit), self.trail], kept)
         for child in self.children:
             self.parent.remove(child)
         if self.before is None:
@@ -276,14 +232,12 @@ class _Reader:
         tree: list[str | Element] = [text or ""]
         for child in children:
             tree += self.inline(child)
-        padded = pad(tree, lambda key: self.kept[key].element.tag == "br")
-        unit = flatten(tree)
+        unit, spacing = read_spaced(tree, lambda key: self.kept[key].element.tag == "br")
         if not unit.text.strip():
             return
-        around = spaced(unit)
         unit, lead, trail = _squeeze(unit)
         self.units.append(unit)
-        self.places.append(_Run(parent, before, children, lead, trail, padded, around))
+        self.places.append(_Run(parent, before, children, lead, trail, spacing))
 
     def inline(self, node: etree._Element) -> list[str | Element]:
         """An element of a run as nodes of its unit's tree, followed by its tail."""

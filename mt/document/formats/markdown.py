@@ -7,7 +7,7 @@ zero-width inlines, written back as they were. An image whose description is pla
 of its own. Code blocks, fenced code, HTML blocks and link reference definitions are never seen by the
 model. A soft line break is a space (``hard_breaks`` False); a hard one between two words has a space after
 it, so they stay two words (``mt.document.formats.spacing``: the writer takes it out again), and inline
-code or an image that stood between spaces keeps a space on both sides (``html.respace``).
+code or an image that stood between spaces keeps a space on both sides (``spacing.respace``).
 
 The writer renders the changed token stream with mdformat's renderer, with a small renderer for tables and
 strikethrough of its own (mdformat's core renders neither). The output is Markdown with the same structure,
@@ -31,10 +31,9 @@ from mdformat.renderer import MDRenderer, RenderContext, RenderTreeNode
 
 from mt.document.errors import DocumentError
 from mt.document.formats import Format
-from mt.document.formats.html import respace, spaced
-from mt.document.formats.spacing import pad, unpad
+from mt.document.formats.spacing import Spacing, read_spaced
 from mt.document.formats.text import decode_utf8
-from mt.document.model import Element, Unit, flatten, nest
+from mt.document.model import Element, Unit, flatten
 
 # YAML (---) or TOML (+++) front matter at the top of a file: metadata for a site generator, kept as it is
 FRONT_MATTER = re.compile(
@@ -101,14 +100,10 @@ class _Inline:
     """A unit's place: an ``inline`` token, whose children are rebuilt from the translation."""
 
     token: Token
-    padded: set[int]  # keys of the hard breaks a space was put after (``mt.document.formats.spacing``)
-    spaced: set[int]  # keys of the zero-width elements that stood between spaces (``html.respace``)
+    spacing: Spacing  # around its hard breaks and zero-width elements (``mt.document.formats.spacing``)
 
     def write(self, unit: Unit, kept: list[_Kept]) -> None:
-        tree = nest(unit.text, unit.inlines)
-        unpad(tree, self.padded)
-        respace(tree, self.spaced)
-        children = [t for t in _tokens(tree, kept) if t.type != "text" or t.content]
+        children = [t for t in _tokens(self.spacing.tree(unit), kept) if t.type != "text" or t.content]
         while children and children[-1].type == "hardbreak":  # a break ending a block would be a literal "\"
             children.pop()
         while children and children[0].type == "hardbreak":
@@ -184,11 +179,10 @@ class _Reader:
                 if child.type == "image":
                     self.alt(child)
             i += 1
-        padded = pad(root, lambda key: self.kept[key].tokens[0].type == "hardbreak")
-        unit = flatten(root)
+        unit, spacing = read_spaced(root, lambda key: self.kept[key].tokens[0].type == "hardbreak")
         if unit.text.strip():
             self.units.append(unit)
-            self.places.append(_Inline(token, padded, spaced(unit)))
+            self.places.append(_Inline(token, spacing))
 
     def alt(self, image: Token) -> None:
         """An image's description as a unit, when it is plain text."""

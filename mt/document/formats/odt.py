@@ -23,15 +23,15 @@ write back a digital signature (translating invalidates it anyway).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
 
 from mt.document.errors import DocumentError
 from mt.document.formats import Format
-from mt.document.formats.archive import check_archive, library_error
-from mt.document.formats.spacing import pad, unpad
-from mt.document.model import Element, Unit, flatten, nest
+from mt.document.formats.archive import check_archive, library_errors
+from mt.document.formats.paragraphs import OfficeDocument, Opened, Paragraph, keep, read_document, saved
+from mt.document.model import Element, Unit
 
 TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
@@ -56,12 +56,7 @@ class _Code:
     node: Any  # written back as it was
 
 
-@dataclass
-class _Paragraph:
-    node: Any  # the text:p or text:h
-    unit: Unit
-    codes: list[_Wrap | _Code] = field(default_factory=list)
-    padded: set[int] = field(default_factory=set)  # keys of the breaks a space was put after (``spacing``)
+_Paragraph = Paragraph[_Wrap | _Code]
 
 
 def _spaces(node: Any) -> int:
@@ -90,22 +85,20 @@ def _tree(nodes: list[Any], codes: list[_Wrap | _Code], last: list[str]) -> list
             out.append(" " * _spaces(node))
             last[0] = " "
         elif node.qname in CONTAINERS:
-            codes.append(_Wrap(node))
-            key = len(codes) - 1
+            key = keep(codes, _Wrap(node))
             out.append(Element(key, _tree(node.childNodes, codes, last)))
         else:
-            codes.append(_Code(node))
-            out.append(Element(len(codes) - 1, []))
+            out.append(Element(keep(codes, _Code(node)), []))
     return out
 
 
+def _is_break(code: _Wrap | _Code) -> bool:
+    return isinstance(code, _Code) and code.node.qname in BREAKS
+
+
 def _paragraph(node: Any) -> _Paragraph:
-    found = _Paragraph(node, Unit(""))
-    tree = _tree(node.childNodes, found.codes, [" "])
-    codes = found.codes
-    found.padded = pad(tree, lambda key: isinstance(codes[key], _Code) and codes[key].node.qname in BREAKS)
-    found.unit = flatten(tree)
-    return found
+    codes: list[_Wrap | _Code] = []
+    return Paragraph.read(node, _tree(node.childNodes, codes, [" "]), codes, _is_break)
 
 
 def _find(node: Any, out: list[Any]) -> None:
@@ -185,16 +178,15 @@ def _detach(node: Any) -> None:
 
 
 def _rebuild(paragraph: _Paragraph, translated: Unit) -> None:
-    tree = nest(translated.text, translated.inlines)
-    unpad(tree, paragraph.padded)
-    p = paragraph.node
+    tree = paragraph.translated_tree(translated)
+    p = paragraph.element
     for child in list(p.childNodes):
         _detach(child)
     _render(p, tree, paragraph.codes, [" "])
 
 
-def _open(data: bytes, name: str) -> tuple[Any, list[Any]]:
-    """The odfpy document and its paragraphs' roots (the body, then the master pages: headers, footers)."""
+def _load(data: bytes, name: str) -> Any:
+    """The odfpy document of the .odt file ``data``; DocumentError if it is broken."""
     check_archive(data, name, kind="odt")
     import zipfile
 
@@ -204,56 +196,35 @@ def _open(data: bytes, name: str) -> tuple[Any, list[Any]]:
     from lxml import etree
 
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
-    try:
-        with zipfile.ZipFile(BytesIO(data)) as archive:
-            for part in PARTS:
-                if part in archive.namelist():
-                    etree.fromstring(archive.read(part), parser)
-        from odf.opendocument import load
+    with library_errors(name, "odt"):
+        try:
+            with zipfile.ZipFile(BytesIO(data)) as archive:
+                for part in PARTS:
+                    if part in archive.namelist():
+                        etree.fromstring(archive.read(part), parser)
+            from odf.opendocument import load
 
-        document = load(BytesIO(data))
-    except DefusedXmlException:
-        raise DocumentError(f"{name}: not a valid .odt file: it declares XML entities, which are refused") from None
-    except Exception as error:  # whatever odfpy, lxml or zipfile raise on a broken file: the user's file
-        raise library_error(name, "odt", error) from None
+            document = load(BytesIO(data))
+        except DefusedXmlException:
+            raise DocumentError(f"{name}: not a valid .odt file: it declares XML entities, which are refused") from None
     if document.text is None or not document.mimetype.startswith("application/vnd.oasis.opendocument.text"):
         raise DocumentError(f"{name}: not an OpenDocument text file (its type is {document.mimetype!r})")
-    return document, [document.text, document.masterstyles]
+    return document
 
 
-def _paragraphs(roots: list[Any]) -> list[_Paragraph]:
+def _open(data: bytes, name: str) -> Opened:
+    """The paragraphs with text of the .odt file ``data``: those of the body, then of the master pages (headers,
+    footers)."""
+    document = _load(data, name)
     nodes: list[Any] = []
-    for root in roots:
+    for root in (document.text, document.masterstyles):
         _find(root, nodes)
-    found = [_paragraph(node) for node in nodes]
-    return [paragraph for paragraph in found if paragraph.unit.text.strip()]
+    return Opened.of(map(_paragraph, nodes), lambda: saved(document))
 
 
-@dataclass
-class OdtDocument:
-    """A read .odt: its units; ``write`` re-reads ``data`` and rebuilds the units' paragraphs."""
-
-    data: bytes
-    name: str
-    units: list[Unit]
-    hard_breaks: bool = False
-
-    def write(self, translated: list[Unit]) -> bytes:
-        document, roots = _open(self.data, self.name)
-        paragraphs = _paragraphs(roots)
-        if len(translated) != len(paragraphs):
-            raise ValueError(f"{self.name}: {len(translated)} translated units for {len(paragraphs)} paragraphs")
-        for paragraph, unit in zip(paragraphs, translated, strict=True):
-            _rebuild(paragraph, unit)
-        out = BytesIO()
-        document.save(out)
-        return out.getvalue()
-
-
-def read(data: bytes, name: str) -> OdtDocument:
+def read(data: bytes, name: str) -> OfficeDocument:
     """The units of the .odt file ``data`` (``name`` for error messages)."""
-    _, roots = _open(data, name)
-    return OdtDocument(data, name, [paragraph.unit for paragraph in _paragraphs(roots)])
+    return read_document(data, name, _open, _rebuild)
 
 
 FORMAT = Format("odt", (".odt",), "application/vnd.oasis.opendocument.text", read)

@@ -218,8 +218,11 @@ def run_tags(args: argparse.Namespace) -> None:
     sentences = [s for p in plans for s in p.sentences]
     translations = translator.translate_nbest(sentences, scores=False)
     outputs_by_setting = {}
+    import mt.decode.align as aligner
+
     for setting in args.settings.split(","):
-        layer, shift = (int(x) for x in setting.split(":"))
+        layer, shift, both = (int(x) for x in (setting + ":0").split(":")[:3])
+        aligner.BOTH_WAYS = bool(both)
         start = time.monotonic()
         links = translator.align(sentences, translations, None, layer=layer, shift=bool(shift))
         seconds = time.monotonic() - start
@@ -234,8 +237,8 @@ def run_tags(args: argparse.Namespace) -> None:
     targets = [text for text, _ in first]
     reference = reference_links(args, sources, targets, src, tgt)
     print(f"{len(sources)} sentences, {sum(len(s) for _, s in items)} tags; reference: eflomal, grow-diag-final-and")
-    print("| decoder layer | shift | tags right | of tags with a reference | tags without one | align s |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: |")
+    print("| decoder layer | shift | both ways | tags right | of tags with a reference | tags without one | align s |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for setting, (written, seconds) in outputs_by_setting.items():
         right = judged = unreferenced = 0
         for (_, spans), (text, found), links in zip(items, written, reference, strict=True):
@@ -246,9 +249,11 @@ def run_tags(args: argparse.Namespace) -> None:
                     continue
                 judged += 1
                 right += tag in found and covered_words(text, found[tag]) == (expected[0], expected[-1])
-        layer, shift = setting.split(":")
-        print(f"| {layer} | {'yes' if shift == '1' else 'no'} | {100 * right / max(judged, 1):.1f}% | {judged} | "
-              f"{unreferenced} | {seconds:.1f} |")
+        layer, shift, both = (setting + ":0").split(":")[:3]
+        yes = {"1": "yes", "0": "no"}
+        name = {"99": "all (mean)", "-100": "middle"}.get(layer, layer)
+        print(f"| {name} | {yes[shift]} | {yes[both]} | "
+              f"{100 * right / max(judged, 1):.1f}% | {judged} | {unreferenced} | {seconds:.1f} |")
 
 
 def run_segmenters(args: argparse.Namespace) -> None:
@@ -296,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--seed", type=int, default=0)
         if name == "tags":
             p.add_argument("--sentences", type=int, default=200)
-            p.add_argument("--settings", default="-1:0,-1:1,-2:0,-2:1,-3:1",
-                           help="decoder layer:shift pairs to score (default: %(default)s)")
+            p.add_argument("--settings", default="-100:0:1,-1:0:0,-1:0:1,99:0:1,-100:0:0,-100:1:1",
+                           help="decoder layer:shift:both-ways to score (layer -100: the middle one, 99: the mean "
+                                "of all; default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command == "paragraphs":
         run_paragraphs(args)

@@ -75,6 +75,6 @@ def test_word_links_from_ctranslate2s_attention(demo, engine):
         if output.links is None:
             continue
         target_words, source_words = len(output.text.split()), len(line.split())
-        assert sorted(t for _, t in output.links) == list(range(target_words))
+        assert {t for _, t in output.links} == set(range(target_words))
         assert all(0 <= s < source_words for s, _ in output.links)
     assert [o.text for o in outputs] == [o.text for o in engine.translate(lines, Options())]

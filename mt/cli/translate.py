@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # torch and the model load only once the flags are parsed: us
 
 DOCUMENT_FORMATS = ("text", "html", "markdown", "srt", "docx", "odt", "pptx")  # mt.document.formats' names
 BINARY_FORMATS = ("docx", "odt", "pptx")
+LINE_SUFFIXES = (".txt", ".gz")  # read as lines unless --format says otherwise: line N out for line N in
 
 
 def checkpoint_paths(args: argparse.Namespace) -> list[Path]:
@@ -273,11 +274,12 @@ def input_format(args: argparse.Namespace):
         return None
     if args.format != "auto":
         return formats()[args.format]
-    name = args.input.name.removesuffix(".gz") if args.input.suffix == ".gz" else args.input.name
+    if args.input.suffix.lower() in LINE_SUFFIXES:
+        return None  # plain text stays one sentence a line, as always (--format text reads it as a document)
     try:
-        return format_for(name)
+        return format_for(args.input.name)
     except UserError:
-        return None  # not a document's extension (my.en, test.de.gz): one sentence a line, as always
+        return None  # not a document's extension (my.en): one sentence a line, as always
 
 
 def translate_file(translator: Translator, cfg: Config, args: argparse.Namespace, document_format,
@@ -316,8 +318,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     add_version_flag(parser)
     add_model_args(parser, ensemble=True)
     parser.add_argument("--input", type=Path,
-                        help="input file: lines (plain or .gz), or a document (.txt .html .md .srt .docx .odt "
-                             ".pptx, by its extension) (default: stdin, lines)")
+                        help="input file: lines (plain, .txt or .gz), or a document (.html .md .srt .docx .odt "
+                             ".pptx, by its extension; --format text for paragraphs of plain text) (default: stdin, "
+                             "lines)")
     parser.add_argument("--output", type=Path, help="output file (default: stdout)")
     parser.add_argument("--format", choices=("auto", "lines", *DOCUMENT_FORMATS), default="auto",
                         help="how to read the input: auto (a document by its extension, else lines), lines (one "

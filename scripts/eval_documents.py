@@ -37,11 +37,11 @@ import lxml.html
 import sacrebleu
 
 from mt.checkpoint import load_models_for_inference
-from mt.cli.documents import translate_plan
+from mt.cli.documents import plan_document, translate_plan
 from mt.decode import Translator
 from mt.document.model import Unit
 from mt.document.plain import TextDocument
-from mt.document.plan import Translated, plan_units
+from mt.document.plan import Translated
 from mt.document.project import word_spans
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
@@ -74,9 +74,7 @@ def load(ckpt: Path) -> tuple[Translator, str, str]:
 
 
 def translate_texts(translator: Translator, texts: list[str], language: str, split: bool) -> list[str]:
-    document = TextDocument([Unit(t) for t in texts])
-    plan = plan_units(document.units, language, True, lambda s: len(translator.tokenizers.src.encode(s)),
-                      translator.max_src_len, split)
+    plan = plan_document(translator, TextDocument([Unit(t) for t in texts]), language, None, split)
     return [u.text for u in plan.assemble(translate_plan(translator, plan, None))]
 
 
@@ -213,8 +211,7 @@ def run_tags(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     items = [tagged(s, rng, nested=i % 4 == 3) for i, s in enumerate(sources)]
     documents = [read_fragment(h) for h, _ in items]
-    plans = [plan_units(d.units, src, d.hard_breaks, lambda s: len(translator.tokenizers.src.encode(s)),
-                        translator.max_src_len) for d in documents]
+    plans = [plan_document(translator, d, src, None) for d in documents]
     sentences = [s for p in plans for s in p.sentences]
     translations = translator.translate_nbest(sentences, scores=False)
     outputs_by_setting = {}

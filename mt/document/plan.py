@@ -46,7 +46,7 @@ class Plan:
         for unit, spans in zip(self.units, self.spans, strict=True):
             for a, b in spans:
                 out.append(any(
-                    a < inline.start < b or a < inline.end < b or (inline.start == inline.end and a < inline.start < b)
+                    a < inline.start < b or a < inline.end < b
                     for inline in unit.inlines
                 ))
         return out

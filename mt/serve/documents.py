@@ -37,16 +37,15 @@ class Planned:
         """Each document written back from its sentences' outputs (in ``sentences`` order)."""
         return [doc.write(plan.assemble(part)) for doc, plan, part in self._parts(outputs, best)]
 
-    def alternatives(self, outputs: Sequence[Output], count: int) -> list[list[bytes]]:
-        """Per document, up to ``count`` distinct alternatives to its best translation: the k-th has each
-        sentence's k-th hypothesis (its best where it has fewer)."""
+    def alternatives(self, outputs: Sequence[Output], count: int, best: Sequence[bytes]) -> list[list[bytes]]:
+        """Per document, up to ``count`` distinct alternatives to its best translation ``best`` (``finish``'s):
+        the k-th has each sentence's k-th hypothesis (its best where it has fewer)."""
         found: list[list[bytes]] = [[] for _ in self.documents]
         for k in range(1, count + 1):
             written = [doc.write(plan.assemble(part)) for doc, plan, part in self._parts(outputs, kth(k))]
             for seen, text in zip(found, written, strict=True):
                 seen.append(text)
-        best_texts = self.finish(outputs)
-        return [list(dict.fromkeys(t for t in alts if t != main)) for alts, main in zip(found, best_texts, strict=True)]
+        return [list(dict.fromkeys(t for t in alts if t != main)) for alts, main in zip(found, best, strict=True)]
 
     def _parts(self, outputs: Sequence[Output], choose):
         at = 0

@@ -85,12 +85,13 @@ async def translate(request: Request) -> Any:
         outputs = await service.translate(request, planned.sentences, options, tag, planned.needs_alignment)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
-    answer: dict[str, Any] = {"translatedText": text.shape([b.decode("utf-8") for b in planned.finish(outputs)])}
+    best = planned.finish(outputs)
+    answer: dict[str, Any] = {"translatedText": text.shape([b.decode("utf-8") for b in best])}
     if text.source == "auto":
         detected = {"confidence": 100.0, "language": service.engine.source_lang}  # one source language
         answer["detectedLanguage"] = [detected] * len(text.texts) if text.is_list else detected
     if text.alternatives:
-        found = planned.alternatives(outputs, text.alternatives) if text.format == "text" else [[]] * len(text.texts)
+        found = planned.alternatives(outputs, text.alternatives, best) if text.format == "text" else [[]] * len(best)
         answer["alternatives"] = text.shape([[b.decode("utf-8") for b in alts] for alts in found])
     return answer
 
@@ -131,8 +132,9 @@ def v1_request(body: dict[str, Any]) -> TranslateV1Request:
 def document_outputs(planned: Planned, outputs: list[Output], nbest: int) -> list[Output]:
     """One output per text of the request: its best translation and ``nbest - 1`` alternatives (each
     sentence's k-th hypothesis), scored by the sum of its sentences' scores."""
-    best = [b.decode("utf-8") for b in planned.finish(outputs)]
-    others = planned.alternatives(outputs, nbest - 1) if nbest > 1 else [[] for _ in best]
+    written = planned.finish(outputs)
+    best = [b.decode("utf-8") for b in written]
+    others = planned.alternatives(outputs, nbest - 1, written) if nbest > 1 else [[] for _ in best]
     out, at = [], 0
     for text, alternatives, part in zip(best, others, planned.plans, strict=True):
         sentences = outputs[at : at + len(part.sentences)]

@@ -86,13 +86,13 @@ def test_one_request_at_a_time_gives_the_same_answers(demo, engine):
         answers = asyncio.run(post_all(url, "/translate", [{"q": r, "target": "de"} for r in requests]))
         metrics = httpx.get(f"{url}/metrics").text
     assert [line for a in answers for line in a.json()["translatedText"]] == reference(engine, lines)
-    assert f"mt_batch_requests_bucket{{le=\"1.0\"}} {float(len(requests))}" in metrics
+    assert f"mt_batch_requests_bucket{{le=\"1.0\",model=\"en-de\"}} {float(len(requests))}" in metrics
 
 
 def test_a_gather_holds_several_decoder_batches_by_default(engine):
     default = create_app(engine, ServeSettings(threads=1)).state.front.worker
-    assert default.max_batch_tokens == GATHER_BATCHES * engine.settings(Options()).max_tokens > 0
-    assert create_app(engine, ServeSettings(threads=1, max_batch_tokens=7)).state.front.worker.max_batch_tokens == 7
+    assert default.budget(engine) == GATHER_BATCHES * engine.settings(Options()).max_tokens > 0
+    assert create_app(engine, ServeSettings(threads=1, max_batch_tokens=7)).state.front.worker.budget(engine) == 7
 
 
 def test_the_fill_warm_up_decodes_the_largest_batch_at_the_length_limit(demo, engine):

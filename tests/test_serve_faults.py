@@ -105,7 +105,7 @@ def test_a_failing_batch_fails_its_requests_with_500_and_the_server_goes_on(inne
         assert failed.json() == {"error": "Cannot translate text: RuntimeError: decoding failed on 'boom'"}
         after = httpx.post(f"{url}/translate", json=body("one"), timeout=WAIT_S)
         assert after.json()["translatedText"] == reference(inner, ["one"])[0]
-        assert "mt_failed_batches_total 1.0" in httpx.get(f"{url}/metrics").text
+        assert "mt_failed_batches_total{model=\"en-de\"} 1.0" in httpx.get(f"{url}/metrics").text
 
 
 class SlowWarmUp(GatedEngine):

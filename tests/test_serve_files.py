@@ -153,7 +153,7 @@ def test_requests_without_a_file_are_400(server):
     missing = httpx.post(f"{url}/translate_file", files={"q": (None, "x")}, data={"target": "de"})
     assert missing.json() == {"error": "Invalid request: missing file parameter"}
     assert upload(url, "a.txt", b"Five.", target="xx").json() == {
-        "error": "xx is not supported (this model translates en -> de)"}
+        "error": "xx is not supported (served: en -> de)"}
 
 
 def test_a_file_over_the_limits_is_refused(server):

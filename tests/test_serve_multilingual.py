@@ -60,7 +60,7 @@ def test_each_target_answers_as_mt_translate_does(server):
     assert answers["de"] != answers["fr"]
 
 
-PAIRS = "(this model translates en -> de, fr)"
+PAIRS = "(served: en -> de, fr)"
 
 
 @pytest.mark.parametrize(("route", "body", "message"), [

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from mt.serve.app import one_model
 from mt.serve.batching import BatchFailed, BatchingWorker, Job, QueueFull
 from mt.serve.engine import Options, Output
 
@@ -18,6 +19,7 @@ class Recorder:
     and its lines' targets; holds the first one at ``gate``."""
 
     def __init__(self, target_langs: tuple[str, ...] = ("de",)) -> None:
+        self.source_lang, self.description = "en", "recorder"
         self.target_langs, self.tagged = list(target_langs), len(target_langs) > 1
         self.batches: list[tuple[list[str], Options]] = []
         self.targets: list[list[str | None]] = []
@@ -42,7 +44,20 @@ class Recorder:
 
 
 def job(loop, lines, cost, options=Options(), mergeable=True, target=None) -> Job:  # noqa: B008  (a frozen dataclass)
-    return Job(lines, options, cost, mergeable, loop, loop.create_future(), target)
+    """A job for the worker's one model (``submit`` names it)."""
+    return Job(lines, options, cost, mergeable, loop, loop.create_future(), None, None, target)
+
+
+def worker_of(engine: Recorder, **settings) -> BatchingWorker:
+    """A worker serving ``engine`` alone."""
+    return BatchingWorker(one_model(engine), **settings)
+
+
+def submit(worker: BatchingWorker, j: Job) -> None:
+    """Queue ``j`` for the worker's first model."""
+    j.model = worker.models.models[0]
+    j.engine = j.model.engine
+    worker.submit(j)
 
 
 @pytest.fixture
@@ -54,14 +69,14 @@ def loop():
 
 def run_held(loop, engine: Recorder, jobs: list[Job], budget: int) -> list:
     """Hold the worker on a first job, queue ``jobs``, release it; the results of ``jobs`` (or their errors)."""
-    worker = BatchingWorker(engine, max_batch_tokens=budget, max_wait_s=0.001, max_queue=len(jobs), threads=1)
+    worker = worker_of(engine, max_batch_tokens=budget, max_wait_s=0.001, max_queue=len(jobs), threads=1)
     worker.start()
     assert worker.ready.wait(WAIT_S)
     holder = job(loop, ["hold"], 1)
-    worker.submit(holder)
+    submit(worker, holder)
     assert engine.busy.wait(WAIT_S)
     for j in jobs:
-        worker.submit(j)
+        submit(worker, j)
     engine.gate.set()
     results = loop.run_until_complete(asyncio.wait_for(
         asyncio.gather(holder.future, *(j.future for j in jobs if not j.future.done()), return_exceptions=True),
@@ -112,14 +127,14 @@ def test_a_cancelled_job_is_dropped_and_a_failing_batch_fails_only_its_jobs(loop
 
 def test_a_full_queue_refuses(loop):
     engine = Recorder()
-    worker = BatchingWorker(engine, max_batch_tokens=10, max_wait_s=0.001, max_queue=1, threads=1)
+    worker = worker_of(engine, max_batch_tokens=10, max_wait_s=0.001, max_queue=1, threads=1)
     worker.start()
     assert worker.ready.wait(WAIT_S)
-    worker.submit(job(loop, ["hold"], 1))
+    submit(worker, job(loop, ["hold"], 1))
     assert engine.busy.wait(WAIT_S)
-    worker.submit(job(loop, ["queued"], 1))
+    submit(worker, job(loop, ["queued"], 1))
     with pytest.raises(QueueFull):
-        worker.submit(job(loop, ["refused"], 1))
+        submit(worker, job(loop, ["refused"], 1))
     engine.gate.set()
     worker.stop()  # decodes the queued job before it returns
     assert [lines for lines, _ in engine.batches] == [["hold"], ["queued"]]
@@ -128,7 +143,7 @@ def test_a_full_queue_refuses(loop):
 class OneLineAtATime:
     """Reports each line as done on its own, and holds the rest of the call after the first line."""
 
-    target_langs, tagged = ["de"], False
+    source_lang, target_langs, tagged, description = "en", ["de"], False, "one line at a time"
 
     def __init__(self) -> None:
         self.release = threading.Event()
@@ -147,12 +162,12 @@ class OneLineAtATime:
 
 def test_a_job_is_answered_as_soon_as_its_lines_are_done(loop):
     engine = OneLineAtATime()
-    worker = BatchingWorker(engine, max_batch_tokens=100, max_wait_s=0.2, max_queue=4, threads=1)
+    worker = worker_of(engine, max_batch_tokens=100, max_wait_s=0.2, max_queue=4, threads=1)
     worker.start()
     assert worker.ready.wait(WAIT_S)
     first, second = job(loop, ["a"], 1), job(loop, ["b", "c"], 2)
-    worker.submit(first)
-    worker.submit(second)  # gathered with the first (the worker waits up to 0.2 s for more)
+    submit(worker, first)
+    submit(worker, second)  # gathered with the first (the worker waits up to 0.2 s for more)
     assert [o.text for o in loop.run_until_complete(asyncio.wait_for(first.future, WAIT_S))] == ["A"]
     assert not second.future.done()  # the engine still holds the gather's other lines
     engine.release.set()
@@ -176,7 +191,7 @@ class Filling(Recorder):
 @pytest.mark.parametrize("fill", [True, False])
 def test_the_worker_fills_after_the_warm_up_line_unless_told_not_to(fill):
     engine = Filling()
-    worker = BatchingWorker(engine, max_batch_tokens=321, max_wait_s=0.001, max_queue=1, threads=1, fill=fill)
+    worker = worker_of(engine, max_batch_tokens=321, max_wait_s=0.001, max_queue=1, threads=1, fill=fill)
     worker.start()
     assert worker.ready.wait(WAIT_S)
     worker.stop()

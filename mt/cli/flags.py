@@ -67,9 +67,27 @@ def add_version_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
 
-def add_model_args(parser: argparse.ArgumentParser, *, ensemble: bool = False) -> None:
-    """``--ckpt``/``--exp``, ``--device``, ``--threads``, ``--debug``; ``ensemble``: ``--ckpt`` takes several."""
-    if ensemble:
+class AppendModel(argparse.Action):
+    """A model flag that may be repeated (mt-serve's ``--ckpt A [B ...]``, ``--ct2 DIR``): each time another
+    model, in the order given, as ``(flag's dest, values)`` in ``args.model_flags``; ``args.<dest>`` is the first."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = list(getattr(namespace, "model_flags", None) or [])
+        given.append((self.dest, values))
+        namespace.model_flags = given
+        if getattr(namespace, self.dest, None) is None:
+            setattr(namespace, self.dest, values)
+
+
+def add_model_args(parser: argparse.ArgumentParser, *, ensemble: bool = False, repeated: bool = False) -> None:
+    """``--ckpt``/``--exp``, ``--device``, ``--threads``, ``--debug``; ``ensemble``: ``--ckpt`` takes several;
+    ``repeated``: ``--ckpt`` may be given again, each time another model (``AppendModel``)."""
+    if repeated:
+        parser.add_argument("--ckpt", type=Path, nargs="+", metavar="CKPT", action=AppendModel,
+                            help="a model to serve: a checkpoint, or several with one vocabulary: one ensemble "
+                                 "(their mean probabilities); repeat the flag for more models, e.g. --ckpt en-de.pt "
+                                 "--ckpt de-en.pt (default: runs/<exp>/checkpoints/best.pt)")
+    elif ensemble:
         parser.add_argument("--ckpt", type=Path, nargs="+", metavar="CKPT",
                             help="checkpoint (default: runs/<exp>/checkpoints/best.pt, or the members of "
                                  "runs/<exp>/ensemble.json after train.members=N); several checkpoints with the "

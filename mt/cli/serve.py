@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mt.cli.errors import UsageError, run_command
-from mt.cli.flags import DECODE_FLAGS, add_decode_args, add_model_args, add_version_flag, ranged
+from mt.cli.flags import AppendModel, add_decode_args, add_model_args, add_version_flag, ranged
+from mt.cli.serve_models import model_specs, read_models_file
 from mt.errors import UserError
 from mt.serve.settings import ServeSettings
 
@@ -44,7 +45,16 @@ DEFAULTS = ServeSettings()
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("serving")
-    g.add_argument("--ct2", type=Path, metavar="DIR", help="serve this mt-export CTranslate2 directory instead")
+    g.add_argument("--ct2", type=Path, metavar="DIR", action=AppendModel,
+                   help="a model to serve: an mt-export CTranslate2 directory (repeatable, beside --ckpt)")
+    g.add_argument("--models", type=Path, metavar="FILE",
+                   help="the models to serve, from a TOML file of [[model]] entries (name, ckpt or ct2, precision, "
+                        "source_lang, target_lang; README); SIGHUP re-reads it")
+    g.add_argument("--lazy", action="store_true",
+                   help="load each model on its first request, not at start")
+    g.add_argument("--max-loaded", type=ranged(int, 1), metavar="N",
+                   help="models kept loaded at once; loading another unloads the least recently used "
+                        "(default: all)")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     g.add_argument("--port", type=ranged(int, 0, 65535), default=5000, help="(default: %(default)s; 0: any free)")
     g.add_argument("--max-batch-tokens", type=ranged(int, 1),
@@ -99,29 +109,20 @@ def settings_from(args: argparse.Namespace):
 
 
 def load_engine(args: argparse.Namespace):
-    """The engine the flags name: ``--ct2 DIR``, or the checkpoint through mt-translate's loading."""
-    if args.ct2 is not None:
-        if args.ckpt is not None:
-            raise UsageError("give --ckpt or --ct2, not both")
-        from mt.serve.app import usable_cores
-        from mt.serve.ct2_engine import Ct2Engine
+    """The engine of the first model the flags name (``--ckpt`` or ``--ct2``), loaded on this thread."""
+    return model_specs(args)[0].load()
 
-        given = {field: getattr(args, flag) for flag, field in DECODE_FLAGS.items() if getattr(args, flag) is not None}
-        engine = Ct2Engine.load(args.ct2, given, args.threads or usable_cores(), args.source_lang or "en",
-                                args.target_lang)
-        print(f"mt-serve: decoding defaults {engine.defaults}", file=sys.stderr)
-        return engine
-    from mt.cli.translate import load_translator
-    from mt.serve.engine import TorchEngine
 
-    # The main thread loads the model on one torch thread: a thread that ran a parallel (OpenMP) region
-    # leaves its thread team behind, and the decoding worker's own team then shares the cores with it
-    # (2x slower decoding on 2 cores, measured). The worker sets its --threads itself.
-    translator, cfg, paths = load_translator(argparse.Namespace(**{**vars(args), "threads": 1}))
-    source, targets, tagged = served_languages(cfg, args)
-    print(f"mt-serve: decoding defaults {translator.cfg}", file=sys.stderr)
-    models = " + ".join(map(str, paths))  # several: an ensemble
-    return TorchEngine(translator, source, targets, f"{models} on {translator.device}", tagged=tagged)
+def load_models(args: argparse.Namespace):
+    """The served models (``model_specs``): checked now, and (without ``--lazy``) the first ``--max-loaded``
+    loaded on this thread, so a model that cannot load fails the command before it serves."""
+    from mt.serve.models import ModelSet, ServedModel
+
+    models = ModelSet([ServedModel(spec) for spec in model_specs(args)], args.max_loaded)
+    if not args.lazy:
+        for model in models.models[: args.max_loaded or len(models.models)]:
+            model.load()
+    return models
 
 
 def served_languages(cfg, args: argparse.Namespace) -> tuple[str, list[str], bool]:
@@ -172,19 +173,39 @@ def serve(args: argparse.Namespace) -> None:
 
     settings = settings_from(args)
     sock = bind(args.host, args.port)
-    engine = load_engine(args)
+    models = load_models(args)
     warnings.filterwarnings("ignore", message=r"line \d+: \d+ source pieces")  # truncation: the documented policy
-    print(f"mt-serve: {engine.description}", file=sys.stderr)
+    for model in models.models:
+        state = model.engine.description if model.engine is not None else f"{model.spec.what} (loads on first use)"
+        print(f"mt-serve: {model.name}: {state}", file=sys.stderr)
     port = sock.getsockname()[1]  # --port 0: the one the OS picked
-    print(f"mt-serve: http://{args.host}:{port}/ ({engine.source_lang} -> {', '.join(engine.target_langs)})",
-          file=sys.stderr, flush=True)
+    print(f"mt-serve: http://{args.host}:{port}/ ({models.router.describe()})", file=sys.stderr, flush=True)
     show_server_log(args.log_level)
-    app = create_app(engine, settings)
+    app = create_app(models, settings)
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is over; a handler that ignores
     # it lets the command return, so the drained server exits 0
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    if args.models is not None:
+        signal.signal(signal.SIGHUP, lambda signum, frame: start_reload(app, args))
     config = uvicorn.Config(app, log_level=args.log_level, access_log=False)  # no access log: keys in URLs stay out
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def start_reload(app, args: argparse.Namespace) -> None:
+    """SIGHUP: re-read ``--models`` in a thread of its own; the server answers meanwhile (``Front.reload``)."""
+    import threading
+
+    threading.Thread(target=reload_models, args=(app, args), name="mt-serve-reload", daemon=True).start()
+
+
+def reload_models(app, args: argparse.Namespace) -> None:
+    log = logging.getLogger("mt.serve")
+    try:
+        models = app.state.front.reload(read_models_file(args.models, args), lazy=args.lazy)
+    except Exception as e:  # noqa: BLE001  (a bad file or model leaves the old list serving)
+        log.error("reload of %s failed, still serving the old list: %s", args.models, e)
+        return
+    log.info("reloaded %s (%s)", args.models, models.router.describe())
 
 
 def show_server_log(level: str) -> None:
@@ -202,7 +223,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
     add_version_flag(parser)
-    add_model_args(parser, ensemble=True)
+    add_model_args(parser, repeated=True)
     add_serve_args(parser)
     add_decode_args(parser)
     return parser.parse_args(argv)

@@ -20,15 +20,17 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from mt.decode.processes import usable_cores
-from mt.serve.batching import GATHER_BATCHES, BatchingWorker
-from mt.serve.engine import Engine, Options
+from mt.serve.batching import BatchingWorker
+from mt.serve.engine import Engine
 from mt.serve.file_routes import router as file_router
 from mt.serve.files import FileStore
 from mt.serve.front import Front
 from mt.serve.metrics import Metrics
 from mt.serve.middleware import BodyLimit, Limit, RequestMetrics
+from mt.serve.models import ModelSet, ModelSpec, ServedModel
 from mt.serve.problems import ApiError
 from mt.serve.routes import router
+from mt.serve.routing import Languages
 from mt.serve.settings import ServeSettings
 
 log = logging.getLogger("mt.serve")
@@ -69,17 +71,35 @@ def body_limits(settings: ServeSettings) -> tuple[Limit, dict[str, Limit]]:
     return every, {"/translate_file": Limit(file_limit, f"file over --max-file-bytes {settings.max_file_bytes}")}
 
 
-def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
-    """The app serving ``engine``; its decoding worker runs while the app's lifespan does."""
+def one_model(engine: Engine) -> ModelSet:
+    """A set of the one engine given (loaded), named by its languages."""
+    languages = Languages(model_name(engine.source_lang, engine.target_langs), engine.source_lang,
+                          tuple(engine.target_langs), engine.tagged)
+    return ModelSet([ServedModel(ModelSpec(languages, lambda: engine, what=engine.description), engine)])
+
+
+def model_name(source: str, targets: list[str]) -> str:
+    """A model's default name: its pair (``en-de``), or its source and targets (``en-de+fr``)."""
+    return f"{source}-{'+'.join(targets)}"
+
+
+def create_app(models: ModelSet | Engine, settings: ServeSettings) -> FastAPI:
+    """The app serving ``models`` (or one engine); its decoding worker runs while the app's lifespan does.
+    ``app.state.front.reload(specs)`` serves a new model list (mt-serve calls it on SIGHUP)."""
+    if not isinstance(models, ModelSet):
+        models = one_model(models)
     metrics = Metrics()
+    for model in models.loaded():
+        metrics.observe_load(model, [])
     worker = BatchingWorker(
-        engine,
-        max_batch_tokens=settings.max_batch_tokens or GATHER_BATCHES * engine.settings(Options()).max_tokens,
+        models,
+        max_batch_tokens=settings.max_batch_tokens,
         max_wait_s=settings.max_wait_ms / 1000,
         max_queue=settings.max_queue,
         threads=settings.threads or usable_cores(),
         fill=settings.fill,
         on_batch=metrics.observe_batch,
+        on_load=metrics.observe_load,
     )
 
     files = FileStore(settings.file_ttl_s, settings.max_stored_bytes)
@@ -97,13 +117,13 @@ def create_app(engine: Engine, settings: ServeSettings) -> FastAPI:
     app = FastAPI(
         title="mt-serve",
         # no model path: it is public
-        summary=f"Machine translation {engine.source_lang} -> {', '.join(engine.target_langs)}",
+        summary=f"Machine translation ({models.router.describe()})",
         description="LibreTranslate-compatible `/translate`, `/translate_file`, `/languages` and `/frontend/settings`, "
         "mt's `/v1/translate` with decoding options, `/health`, Prometheus `/metrics`. Lines of concurrent requests "
         "are decoded together.",
         lifespan=lifespan,
     )
-    app.state.front = Front(engine, worker, settings, metrics)
+    app.state.front = Front(models, worker, settings, metrics)
     app.state.metrics = metrics
     app.state.files = files
     every, own = body_limits(settings)

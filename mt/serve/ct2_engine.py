@@ -105,6 +105,21 @@ class Ct2Engine:
         engine.settings(Options())  # the defaults themselves must be servable
         return engine
 
+    @staticmethod
+    def languages(directory: Path, source_lang: str | None, target_lang: str | None) -> tuple[str, list[str], bool]:
+        """(source, targets, tagged) of the export in ``directory`` without loading the model (its tokenizers
+        only): the tags' languages, else ``target_lang`` (default de); the source ``source_lang`` (default en)."""
+        if not (directory / "model.bin").is_file():
+            raise UserError(f"--ct2 {directory}: no model.bin (a directory written by mt-export --to ctranslate2?)")
+        if not Tokenizers.exists(directory):
+            raise UserError(f"--ct2 {directory}: no spm.model (or src.model and tgt.model) beside the model")
+        targets, tagged = served_targets(Tokenizers.load(directory).src, target_lang)
+        return source_lang or "en", targets, tagged
+
+    @property
+    def parameters(self) -> None:
+        return None  # CTranslate2 does not tell
+
     @property
     def max_src_len(self) -> int:
         return self._max_src_len

@@ -107,6 +107,12 @@ class TorchEngine:
         return self.translator.max_src_len
 
     @property
+    def parameters(self) -> int | None:
+        """The model's parameter count (None for decoding processes that hold it elsewhere)."""
+        model = self.translator.model
+        return None if model is None else sum(p.numel() for p in model.parameters())
+
+    @property
     def on_too_long(self) -> str:
         return self.translator.cfg.on_too_long
 

@@ -2,7 +2,8 @@
 
 ``/translate_file`` takes a multipart body (``file``, ``source``, ``target``, ``api_key``; query parameters
 count too, as for /translate), picks the file's format by its extension (``mt.document.formats``), reads it,
-translates its sentences as one job (``mt.serve.documents``: as /translate translates a text), writes the
+translates its sentences as one job a hop of its route (``mt.serve.translation``: as /translate
+translates a text; ``source=auto``: the language the identifier tells from its text), writes the
 translated file, stores it (``files.FileStore``) and answers ``{"translatedFileUrl": ".../download_file/
 <token>/<name>.<target>.<ext>"}``, where ``<token>`` is 43 random URL-safe characters. The URL answers the
 file as an attachment for ``--file-ttl`` seconds, then 404. Refusals: 400 for a missing file, an
@@ -24,16 +25,18 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
 from mt.document.errors import DocumentError
-from mt.document.formats import Format, format_for
+from mt.document.formats import Document, Format, format_for
 from mt.serve.documents import Planned, plan
 from mt.serve.engine import Engine, Options, Output
 from mt.serve.files import FileStore, StoreFull, download_name
 from mt.serve.front import ClientLeft
-from mt.serve.libretranslate import check_languages, parse_query, string_param
+from mt.serve.libretranslate import parse_query, string_param
 from mt.serve.limits import check_api_key
 from mt.serve.problems import ApiError, bad_request
 from mt.serve.routes import CLIENT_CLOSED, ERRORS, front
+from mt.serve.routing import Route
 from mt.serve.schemas import ErrorResponse, TranslateFileForm, TranslateFileResponse
+from mt.serve.translation import Group, detect_sources, route_of, translate_groups
 
 MAX_FIELDS = 8  # file, source, target, api_key and a few a client may add
 FILE_ERRORS = {**ERRORS, 507: {"model": ErrorResponse, "description": "translated file over --max-stored-bytes"}}
@@ -79,10 +82,10 @@ def uploaded_name(upload: UploadFile) -> str:
     return name
 
 
-def read_document(data: bytes, name: str, language: str, engine: Engine, tag: str | None) -> tuple[Format, Planned]:
-    """The file's format and its sentences (run in a thread: reading and splitting are CPU work)."""
+def read_document(data: bytes, name: str) -> tuple[Format, Document]:
+    """The file's format and its document (run in a thread: reading is CPU work)."""
     file_format = format_for(name)
-    return file_format, plan([file_format.read(data, name)], language, engine, tag)
+    return file_format, file_format.read(data, name)
 
 
 def write_and_store(planned: Planned, outputs: list[Output], files: FileStore, name: str, media_type: str) -> str:
@@ -100,13 +103,14 @@ def write_and_store(planned: Planned, outputs: list[Output], files: FileStore, n
 )
 async def translate_file(request: Request) -> Any:
     service = front(request)
-    settings, engine = service.settings, service.engine
+    settings = service.settings
     params, upload = await read_upload(request)
     try:
         check_api_key(params.get("api_key"), settings.api_keys)
         source = string_param(params, "source", "auto")
         target = string_param(params, "target")
-        tag = check_languages(source, target, engine.source_lang, engine.target_langs, engine.tagged)
+        if source != "auto":
+            route_of(service, source, target)  # a pair not served: 400 before the upload is read
         name = uploaded_name(upload)
         if upload.size is not None and upload.size > settings.max_file_bytes:
             raise ApiError(413, f"file over --max-file-bytes {settings.max_file_bytes}")
@@ -115,26 +119,36 @@ async def translate_file(request: Request) -> Any:
         await upload.close()
     if len(data) > settings.max_file_bytes:
         raise ApiError(413, f"file over --max-file-bytes {settings.max_file_bytes}")
-    language = engine.source_lang if source == "auto" else source
     try:
-        file_format, planned = await asyncio.to_thread(read_document, data, name, language, engine, tag)
+        file_format, document = await asyncio.to_thread(read_document, data, name)
     except DocumentError as e:
         raise bad_request(str(e)) from None
-    count = len(planned.sentences)
-    if count > settings.max_file_sentences:
-        raise bad_request(f"{name}: {count} sentences, more than --max-file-sentences {settings.max_file_sentences}")
+    language = (await detect_sources(service, [document]))[0][0] if source == "auto" else source
+    route = route_of(service, language, target)
+    engine = await service.engine(service.models[route.first.model])
+    group = await asyncio.to_thread(plan_file, route, engine, document, settings.max_file_sentences, name)
     try:
-        outputs = await service.translate(request, planned.sentences, Options(), tag, planned.needs_alignment)
+        await translate_groups(service, request, [group], Options())
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
     translated = download_name(name, target, PurePath(name).suffix.lower())
     try:
-        token = await asyncio.to_thread(write_and_store, planned, outputs, store(request), translated,
+        token = await asyncio.to_thread(write_and_store, group.planned, group.outputs, store(request), translated,
                                         file_format.media_type)
     except StoreFull as e:
         raise ApiError(507, str(e)) from None
     url = request.url_for("download_file", token=token, filename=quote(translated))
     return {"translatedFileUrl": str(url)}
+
+
+def plan_file(route: Route, engine: Engine, document: Document, max_sentences: int, name: str) -> Group:
+    """The file's sentences on ``route``, planned by its first model's ``engine`` (run in a thread: splitting
+    is CPU work); 400 for more than ``--max-file-sentences``."""
+    planned = plan([document], route.first.source, engine, route.first.tag)
+    count = len(planned.sentences)
+    if count > max_sentences:
+        raise bad_request(f"{name}: {count} sentences, more than --max-file-sentences {max_sentences}")
+    return Group(route, [0], planned)
 
 
 def attachment(name: str) -> str:

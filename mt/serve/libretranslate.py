@@ -16,7 +16,7 @@ a browser counts them (UTF-16 units), in a JSON or multipart body: a control cha
 translates; mt's page translates on its button); ``apiKeys`` and ``keyRequired`` whether ``--api-keys`` is
 given (every request then needs a key); ``suggestions`` false (mt takes none); ``filesTranslation`` true;
 ``supportedFilesFormat`` every extension ``/translate_file`` reads (``mt.document.formats.extensions``);
-``language`` the model's source and its first target language.
+``language`` the first model's source and its first target language.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from starlette.requests import Request
 
 from mt.serve.limits import check_text
 from mt.serve.problems import bad_request
+from mt.serve.routing import Router
 from mt.serve.settings import ServeSettings
 
 FIELD_ROOM = 1000  # bytes of a /translate body besides the text: the other fields, JSON or multipart syntax
@@ -189,31 +190,11 @@ def parse_text_request(params: dict[str, Any], max_alternatives: int, default_so
     return TextRequest(texts, is_list, source, target, text_format, alternatives)
 
 
-def check_languages(
-    source: str, target: str | None, source_lang: str, target_langs: list[str], tagged: bool
-) -> str | None:
-    """LibreTranslate's 400s: ``xx is not supported`` for a language pair the model does not translate.
-
-    Returns the language whose tag the sources need (``tagged``: a model of several targets), else None.
-    ``target`` None (mt's /v1/translate without one) is the model's own target, or a 400 when it has several.
-    """
-    pairs = f"this model translates {source_lang} -> {', '.join(target_langs)}"
-    if target is None:
-        if tagged:
-            raise bad_request(f"Invalid request: missing target parameter ({pairs})")
-        target = target_langs[0]
-    for asked, ok in ((source, ("auto", source_lang)), (target, target_langs)):
-        if asked not in ok:
-            raise bad_request(f"{asked} is not supported ({pairs})")
-    return target if tagged else None
-
-
-def languages(source_lang: str, target_langs: list[str]) -> list[dict[str, Any]]:
-    """GET /languages: the model's source with its targets, then each target (translating into nothing)."""
-    return [
-        {"code": source_lang, "name": language_name(source_lang), "targets": list(target_langs)},
-        *({"code": t, "name": language_name(t), "targets": []} for t in target_langs),
-    ]
+def languages(router: Router) -> list[dict[str, Any]]:
+    """GET /languages: every language of the served models, each with the targets it reaches (directly or
+    through one pivot), in the order the model list names them."""
+    return [{"code": lang, "name": language_name(lang), "targets": router.targets_of(lang)}
+            for lang in router.languages()]
 
 
 def char_limit(max_body_bytes: int) -> int:
@@ -221,10 +202,10 @@ def char_limit(max_body_bytes: int) -> int:
     return max(1, (max_body_bytes - FIELD_ROOM) // BYTES_PER_CHAR)
 
 
-def frontend_settings(
-    source_lang: str, target_langs: list[str], settings: ServeSettings, file_extensions: list[str]
-) -> dict[str, Any]:
+def frontend_settings(router: Router, settings: ServeSettings, file_extensions: list[str]) -> dict[str, Any]:
     """GET /frontend/settings in LibreTranslate's shape (each key's meaning here: the module docstring)."""
+    source_lang = router.sources()[0]
+    target_lang = router.targets_of(source_lang)[0]
     return {
         "charLimit": char_limit(settings.max_body_bytes),
         "frontendTimeout": FRONTEND_TIMEOUT_MS,
@@ -235,6 +216,6 @@ def frontend_settings(
         "supportedFilesFormat": list(file_extensions),
         "language": {
             "source": {"code": source_lang, "name": language_name(source_lang)},
-            "target": {"code": target_langs[0], "name": language_name(target_langs[0])},
+            "target": {"code": target_lang, "name": language_name(target_lang)},
         },
     }

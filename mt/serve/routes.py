@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from importlib.resources import files
 from typing import Any
@@ -12,12 +13,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 
 from mt.document.errors import DocumentError
+from mt.document.formats import Document
 from mt.document.plain import text_document
-from mt.serve.documents import Planned, plan
-from mt.serve.engine import Engine, Options, Output
+from mt.serve.documents import Planned
+from mt.serve.engine import Options, Output
 from mt.serve.front import ClientLeft, Front
 from mt.serve.libretranslate import (
-    check_languages,
     frontend_settings,
     languages,
     parse_text_request,
@@ -27,8 +28,13 @@ from mt.serve.libretranslate import (
 )
 from mt.serve.limits import check_api_key, check_sentence_count, split_lines
 from mt.serve.metrics import Metrics
+from mt.serve.models import ServedModel
 from mt.serve.problems import bad_request
+from mt.serve.routing import Route
 from mt.serve.schemas import (
+    DetectedLanguage,
+    DetectForm,
+    DetectRequest,
     ErrorResponse,
     FrontendSettings,
     Health,
@@ -36,8 +42,21 @@ from mt.serve.schemas import (
     LibreTranslateForm,
     LibreTranslateRequest,
     LibreTranslateResponse,
+    ModelInfo,
     TranslateV1Request,
     TranslateV1Response,
+)
+from mt.serve.translation import (
+    DETECT_CHARS,
+    Group,
+    detect_sources,
+    in_request_order,
+    language_identifier,
+    models_used,
+    route_documents,
+    route_of,
+    translate_groups,
+    translate_lines,
 )
 
 CLIENT_CLOSED = 499  # nginx's code for a client that left before the answer; only the metrics see it
@@ -77,45 +96,47 @@ async def translate(request: Request) -> Any:
     params = await read_params(request)
     check_api_key(params.get("api_key"), service.settings.api_keys)
     text = parse_text_request(params, service.settings.max_beam - 1, default_source="auto")
-    engine = service.engine
-    tag = check_languages(text.source, text.target, engine.source_lang, engine.target_langs, engine.tagged)
-    planned = plan_request(service, text.texts, text.format, text.source, tag)
-    options = alternatives_options(engine, text.alternatives) if text.alternatives else Options()
+    documents = read_documents(text.texts, text.format)
+    detected = await detect_sources(service, documents) if text.source == "auto" else None
+    sources = [lang for lang, _ in detected] if detected else [text.source] * len(documents)
+    groups = await route_documents(service, documents, sources, text.target)
+    options = await alternatives_options(service, groups, text.alternatives) if text.alternatives else Options()
     try:
-        outputs = await service.translate(request, planned.sentences, options, tag, planned.needs_alignment)
+        await translate_groups(service, request, groups, options)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
-    best = planned.finish(outputs)
+    written = [g.planned.finish(g.outputs) for g in groups]
+    best = in_request_order(groups, written)
     answer: dict[str, Any] = {"translatedText": text.shape([b.decode("utf-8") for b in best])}
-    if text.source == "auto":
-        detected = {"confidence": 100.0, "language": service.engine.source_lang}  # one source language
-        answer["detectedLanguage"] = [detected] * len(text.texts) if text.is_list else detected
+    if detected is not None:
+        found = [{"confidence": confidence, "language": lang} for lang, confidence in detected]
+        answer["detectedLanguage"] = text.shape(found)
     if text.alternatives:
-        found = planned.alternatives(outputs, text.alternatives, best) if text.format == "text" else [[]] * len(best)
-        answer["alternatives"] = text.shape([[b.decode("utf-8") for b in alts] for alts in found])
+        if text.format == "text":
+            alts = in_request_order(groups, [g.planned.alternatives(g.outputs, text.alternatives, w)
+                                             for g, w in zip(groups, written, strict=True)])
+        else:
+            alts = [[]] * len(best)
+        answer["alternatives"] = text.shape([[b.decode("utf-8") for b in found] for found in alts])
     return answer
 
 
-def plan_request(service: Front, texts: list[str], text_format: str, source: str, tag: str | None) -> Planned:
-    """The request's texts as documents cut into sentences (400 for more than ``--max-lines`` sentences)."""
-    if text_format == "html":
-        from mt.document.formats.html import read_fragment
+def read_documents(texts: list[str], text_format: str) -> list[Document]:
+    """The request's texts as documents (``format=html``: markup read by lxml; 400 when it cannot be)."""
+    if text_format != "html":
+        return [text_document(text) for text in texts]
+    from mt.document.formats.html import read_fragment
 
-        try:
-            documents = [read_fragment(text) for text in texts]
-        except DocumentError as e:
-            raise bad_request(f"Invalid request: {e}") from None
-    else:
-        documents = [text_document(text) for text in texts]
-    language = service.engine.source_lang if source == "auto" else source
-    planned = plan(documents, language, service.engine, tag)
-    check_sentence_count(len(planned.sentences), service.settings.max_lines)
-    return planned
+    try:
+        return [read_fragment(text) for text in texts]
+    except DocumentError as e:
+        raise bad_request(f"Invalid request: {e}") from None
 
 
-def alternatives_options(engine: Engine, count: int) -> Options:
-    """Beam search wide enough for ``count`` alternatives beside the best (the server's beam, or wider)."""
-    cfg = engine.settings(Options())
+async def alternatives_options(service: Front, groups: list[Group], count: int) -> Options:
+    """Beam search wide enough for ``count`` alternatives beside the best (the last hop's model's beam, or wider)."""
+    last = await service.engine(service.models[groups[0].route.hops[-1].model])
+    cfg = last.settings(Options())
     return Options(strategy="beam", beam=max(cfg.beam_size if cfg.strategy == "beam" else 1, count + 1),
                    nbest=count + 1)
 
@@ -172,37 +193,72 @@ async def translate_v1(request: Request) -> Any:
     check_api_key(body.get("api_key"), service.settings.api_keys)
     req = v1_request(body)
     texts, _ = text_items(req.q)
-    engine = service.engine
-    tag = check_languages(req.source, req.target or None, engine.source_lang, engine.target_langs, engine.tagged)
-    if req.split_sentences:
-        planned = plan_request(service, texts, req.format, req.source, tag)
-        lines = planned.sentences
-    else:
-        lines = [line for text in texts for line in split_lines(text)]
-        check_sentence_count(len(lines), service.settings.max_lines)
+    target = req.target or only_target(service, req.model)
+    documents = read_documents(texts, req.format if req.split_sentences else "text")
+    detected = await detect_sources(service, documents) if req.source == "auto" else None
+    sources = [lang for lang, _ in detected] if detected else [req.source] * len(documents)
     options = Options(req.strategy, req.beam, req.nbest, req.alpha)
     try:
-        outputs = await service.translate(request, lines, options, tag,
-                                          planned.needs_alignment if req.split_sentences else None)
+        if req.split_sentences:
+            groups = await route_documents(service, documents, sources, target, req.model)
+            await translate_groups(service, request, groups, options)
+        else:
+            groups, outputs = await translate_unsplit(service, request, texts, sources, target, req.model, options)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
-    cfg = engine.settings(options)
+    cfg = (await service.engine(service.models[groups[0].route.hops[-1].model])).settings(options)
     nbest = cfg.nbest if cfg.strategy == "beam" else 1
     settings = {"strategy": cfg.strategy, "beam": cfg.beam_size, "nbest": nbest, "alpha": cfg.alpha,
                 "length_penalty": cfg.length_penalty}
     if req.split_sentences:
-        outputs = document_outputs(planned, outputs, nbest)
+        outputs = in_request_order(groups, [document_outputs(g.planned, g.outputs, nbest) for g in groups])
     return {
         "translations": [line_translation(o, nbest, req.scores) for o in outputs],
         "settings": settings,
+        "models": models_used(groups),
         "time_ms": round((time.monotonic() - start) * 1000, 3),
     }
 
 
+def only_target(service: Front, model: str | None) -> str:
+    """/v1/translate's target when the request names none: the one target of the one model (named or served);
+    400 when there are several to choose from."""
+    router = service.models.router
+    candidates = [m for m in router.models if model is None or m.name == model]
+    targets = list(dict.fromkeys(t for m in candidates for t in m.targets))
+    if len(targets) != 1:
+        raise bad_request(f"Invalid request: missing target parameter ({router.describe(candidates or None)})")
+    return targets[0]
+
+
+async def translate_unsplit(
+    service: Front, request: Request, texts: list[str], sources: list[str], target: str, model: str | None,
+    options: Options,
+) -> tuple[list[Group], list[Output]]:
+    """``split_sentences: false``: each line of each text one sentence, as mt-translate reads a file; the
+    lines of the texts of one route go through it as one job a hop. Returns the groups (no plans) and one
+    output per line, in order."""
+    by_route: dict[Route, list[int]] = {}
+    for i, source in enumerate(sources):
+        by_route.setdefault(route_of(service, source, target, model), []).append(i)
+    lines_of = [split_lines(text) for text in texts]
+    check_sentence_count(sum(map(len, lines_of)), service.settings.max_lines)
+    groups = [Group(route, indices, None) for route, indices in by_route.items()]
+    found = await asyncio.gather(*(
+        translate_lines(service, request, g.route, [line for i in g.indices for line in lines_of[i]], options)
+        for g in groups))
+    per_text: dict[int, list[Output]] = {}
+    for group, outputs in zip(groups, found, strict=True):
+        at = 0
+        for i in group.indices:
+            per_text[i] = outputs[at : at + len(lines_of[i])]
+            at += len(lines_of[i])
+    return groups, [o for i in range(len(texts)) for o in per_text[i]]
+
+
 @router.get("/languages", response_model=list[Language], summary="Languages (LibreTranslate-compatible)")
 async def get_languages(request: Request) -> Any:
-    engine = front(request).engine
-    return languages(engine.source_lang, engine.target_langs)
+    return languages(front(request).models.router)
 
 
 @router.get("/frontend/settings", response_model=FrontendSettings,
@@ -211,12 +267,44 @@ async def get_frontend_settings(request: Request) -> Any:
     from mt.document.formats import extensions
 
     service = front(request)
-    engine = service.engine
-    return frontend_settings(engine.source_lang, engine.target_langs, service.settings, extensions())
+    return frontend_settings(service.models.router, service.settings, extensions())
+
+
+@router.post("/detect", response_model=list[DetectedLanguage], responses=ERRORS,
+             openapi_extra=body_schema(DetectRequest, DetectForm),
+             summary="Detect the language of a text (LibreTranslate-compatible), among those the models read")
+async def detect(request: Request) -> Any:
+    service = front(request)
+    params = await read_params(request)
+    check_api_key(params.get("api_key"), service.settings.api_keys)
+    texts, _ = text_items(params.get("q"))
+    identifier = language_identifier(service)
+    ranked = await asyncio.to_thread(identifier.detect, "\n".join(texts)[:DETECT_CHARS])
+    return [{"confidence": confidence, "language": lang} for lang, confidence in ranked]
+
+
+@router.get("/v1/models", response_model=list[ModelInfo], summary="The served models, their pairs and memory")
+async def get_models(request: Request) -> Any:
+    return [model_info(m) for m in front(request).models.models]
+
+
+def model_info(model: ServedModel) -> dict[str, Any]:
+    languages_of = model.spec.languages
+    engine = model.engine
+    return {
+        "name": model.name,
+        "pairs": [f"{languages_of.source}-{t}" for t in languages_of.targets],
+        "engine": model.spec.kind,
+        "path": model.spec.what,
+        "loaded": engine is not None,
+        "parameters": getattr(engine, "parameters", None) if engine is not None else None,
+        "resident_bytes": model.resident_bytes if engine is not None else 0,
+        "loads": model.loads,
+    }
 
 
 @router.get("/health", response_model=Health, responses={503: {"model": Health}, 500: {"model": ErrorResponse}},
-            summary="200 once the model is loaded and a warm-up translation ran")
+            summary="200 once the models loaded at start are warmed up")
 async def health(request: Request) -> Any:
     worker = front(request).worker
     if worker.warmup_error is not None:

@@ -36,6 +36,18 @@ class DetectedLanguage(BaseModel):
     language: str
 
 
+class DetectRequest(BaseModel):
+    """POST /detect (LibreTranslate's; also form fields): the text whose language to tell."""
+
+    q: str = Field(description="text; its language is told among the languages the served models read")
+    api_key: str | None = None
+
+
+class DetectForm(BaseModel):
+    q: str
+    api_key: str | None = None
+
+
 class LibreTranslateResponse(BaseModel):
     translatedText: str | list[str]  # noqa: N815  (LibreTranslate's name)
     detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = None  # noqa: N815  (with source=auto)
@@ -99,6 +111,7 @@ class TranslateV1Request(BaseModel):
     format: Literal["text", "html"] = "text"
     source: str = "auto"
     target: str | None = Field(None, description="target language code (default: the model's; needed with several)")
+    model: str | None = Field(None, description="the model to use (/v1/models); default: routed by languages")
     strategy: Literal["beam", "greedy", "sample"] | None = None
     beam: int | None = Field(None, ge=1)
     nbest: int | None = Field(None, ge=1)
@@ -121,7 +134,21 @@ class LineTranslation(BaseModel):
 class TranslateV1Response(BaseModel):
     translations: list[LineTranslation]
     settings: dict[str, str | int | float]
+    models: list[str] = Field(description="the models that translated, in order (two for a pivot)")
     time_ms: float
+
+
+class ModelInfo(BaseModel):
+    """GET /v1/models: one served model."""
+
+    name: str
+    pairs: list[str] = Field(description="source-target pairs it translates directly")
+    engine: str = Field(description="mt (a checkpoint or an ensemble) or ct2 (a CTranslate2 export)")
+    path: str = Field(description="its checkpoint(s) or directory")
+    loaded: bool
+    parameters: int | None = Field(description="while loaded")
+    resident_bytes: int = Field(description="what loading it added to the server's resident memory (0: unloaded)")
+    loads: int = Field(description="times it was loaded (a lazy or unloaded model loads on its next request)")
 
 
 class Health(BaseModel):

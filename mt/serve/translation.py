@@ -1,0 +1,146 @@
+"""A request's documents through the models: detect their language, route, plan sentences, translate hop by hop.
+
+``route_documents`` groups a request's documents by route (``source=auto``: each document's detected
+language; the router's rule: ``mt.serve.routing``) and plans each group's sentences with its first model
+(its sentence splitter's language, its length limit). ``translate_groups`` sends each group's sentences
+through its hops, one job a hop: a pivot's second hop translates the first hop's best translations, its
+word links composed with the first hop's (source word -> pivot word -> target word), and the request's
+options (beam, n-best, alternatives) apply to the last hop. Every hop's job is batched with other
+requests' sentences for the same model, as any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from mt.document.formats import Document
+from mt.serve.documents import Planned, plan
+from mt.serve.engine import Options, Output
+from mt.serve.front import Front
+from mt.serve.limits import check_sentence_count
+from mt.serve.problems import bad_request
+from mt.serve.routing import NoRoute, Route
+
+DETECT_CHARS = 2000  # a document's first characters are enough to tell its language
+
+
+@dataclass
+class Group:
+    """The documents of a request (at ``indices``) that take one route, their plan, and, once translated,
+    one output per sentence (the last hop's, links composed through the hops)."""
+
+    route: Route
+    indices: list[int]
+    planned: Planned
+    outputs: list[Output] = field(default_factory=list)
+
+
+def document_text(document: Document) -> str:
+    """What language identification reads of a document: its units' text, up to ``DETECT_CHARS``."""
+    text = "\n".join(unit.text for unit in document.units)
+    return text[:DETECT_CHARS]
+
+
+async def detect_sources(service: Front, documents: Sequence[Document]) -> list[tuple[str, float]]:
+    """Each document's (language, confidence in %) among the languages the models read; no detection
+    where only one is read (it is then the answer, at 100)."""
+    sources = service.models.router.sources()
+    if len(sources) == 1:
+        return [(sources[0], 100.0)] * len(documents)
+    identifier = language_identifier(service)
+    found = await asyncio.to_thread(identifier.detect_many, [document_text(d) for d in documents])
+    return [ranked[0] for ranked in found]
+
+
+def language_identifier(service: Front):
+    """The identifier over the models' source languages (built on first use, again after a reload)."""
+    if service.identifier is None:
+        from mt.document.language import LanguageIdentifier
+
+        service.identifier = LanguageIdentifier(service.models.router.sources())
+    return service.identifier
+
+
+def route_of(service: Front, source: str, target: str, model: str | None = None) -> Route:
+    """The route of ``source -> target``; LibreTranslate's 400 naming what is served when there is none."""
+    router = service.models.router
+    if model is None and source not in router.sources():
+        raise bad_request(f"{source} is not supported ({router.describe()})")
+    if model is None and target not in router.targets_of(source):
+        raise bad_request(f"{target} is not supported ({router.describe()})")
+    try:
+        return router.route(source, target, model)
+    except NoRoute as e:
+        raise bad_request(str(e)) from None
+
+
+async def route_documents(
+    service: Front, documents: Sequence[Document], sources: Sequence[str], target: str, model: str | None = None
+) -> list[Group]:
+    """The documents grouped by route, each group planned by its first model (400 for more sentences in
+    all than ``--max-lines``)."""
+    by_route: dict[Route, list[int]] = {}
+    for i, source in enumerate(sources):
+        by_route.setdefault(route_of(service, source, target, model), []).append(i)
+    groups = []
+    for route, indices in by_route.items():
+        first = route.first
+        engine = await service.engine(service.models[first.model])
+        planned = plan([documents[i] for i in indices], first.source, engine, first.tag)
+        groups.append(Group(route, indices, planned))
+    check_sentence_count(sum(len(g.planned.sentences) for g in groups), service.settings.max_lines)
+    return groups
+
+
+async def translate_groups(service: Front, request: Request, groups: Sequence[Group], options: Options) -> None:
+    """Translate every group's sentences along its route (sets ``Group.outputs``); groups run concurrently."""
+
+    async def run(group: Group) -> None:
+        planned = group.planned
+        group.outputs = await translate_lines(service, request, group.route, planned.sentences, options,
+                                              planned.needs_alignment)
+
+    await asyncio.gather(*(run(g) for g in groups))
+
+
+async def translate_lines(
+    service: Front, request: Request, route: Route, lines: Sequence[str], options: Options,
+    align: Sequence[bool] | None = None,
+) -> list[Output]:
+    """``lines`` through ``route``'s hops (``options`` for the last), one output per line."""
+    outputs: list[Output] | None = None
+    for k, hop in enumerate(route.hops):
+        last = k == len(route.hops) - 1
+        found = await service.translate(request, service.models[hop.model], lines, options if last else Options(),
+                                        hop.tag, align)
+        outputs = found if outputs is None else [compose(a, b) for a, b in zip(outputs, found, strict=True)]
+        lines = [o.text for o in found]
+    return outputs or []
+
+
+def compose(first: Output, second: Output) -> Output:
+    """A pivot's output: the second hop's translations and scores, the first hop's source tokens, and word
+    links through the pivot (source word s -> target word t where s -> p and p -> t for some pivot word p)."""
+    links = None
+    if first.links is not None and second.links is not None:
+        onward: dict[int, list[int]] = {}
+        for p, t in second.links:
+            onward.setdefault(p, []).append(t)
+        links = sorted({(s, t) for s, p in first.links for t in onward.get(p, [])})
+    return Output(second.texts, second.scores, first.src_tokens, second.tgt_tokens, links)
+
+
+def in_request_order(groups: Sequence[Group], per_group: Sequence[Sequence]) -> list:
+    """Per-document values of each group (``per_group[g][k]`` for ``groups[g].indices[k]``) in request order."""
+    out: dict[int, object] = {}
+    for group, values in zip(groups, per_group, strict=True):
+        out.update(zip(group.indices, values, strict=True))
+    return [out[i] for i in range(len(out))]
+
+
+def models_used(groups: Sequence[Group]) -> list[str]:
+    return list(dict.fromkeys(name for g in groups for name in g.route.models))

@@ -26,7 +26,7 @@ HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
 .PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
-.PHONY: serve bench-serve eval-documents
+.PHONY: serve bench-serve bench-serve-models eval-documents
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
@@ -72,7 +72,7 @@ export: $(STAMP)
 	$(BIN)/mt-export --to $(TO) --ckpt $(CKPT) --out $(OUT) $(if $(QUANT),--quantization $(QUANT)) $(ARGS)
 
 serve: $(STAMP)
-	$(BIN)/mt-serve --exp $(EXP) $(if $(CKPT),--ckpt $(CKPT)) --host $(HOST) --port $(PORT) $(ARGS)
+	$(BIN)/mt-serve $(if $(MODELS),--models $(MODELS),--exp $(EXP) $(if $(CKPT),--ckpt $(CKPT))) --host $(HOST) --port $(PORT) $(ARGS)
 
 # paragraphs with and without sentence splitting, and inline-tag placement (docs/recipes.md); eflomal (the
 # reference word aligner) is installed on first use
@@ -84,6 +84,10 @@ eval-documents: $(STAMP)
 
 bench-serve: $(STAMP)
 	$(BIN)/python scripts/bench_serve.py $(if $(CKPT),--ckpt $(CKPT)) $(ARGS)
+
+# two models behind one server: each alone and both at once (64 clients), and the memory of 1-4 models
+bench-serve-models: $(STAMP)
+	$(BIN)/python scripts/bench_serve_models.py $(if $(CKPT),--ckpt $(CKPT)) $(ARGS)
 
 summary: $(STAMP)
 	@$(BIN)/python -m mt.model.summary --model $(MODEL) --vocab $(VOCAB)

@@ -98,11 +98,13 @@ def free_port() -> int:
 
 
 class Server:
-    """``mt-serve`` in a subprocess on a free loopback port; SIGTERM at exit (it drains, then exits 0)."""
+    """``mt-serve`` in a subprocess on a free loopback port (a list of checkpoints: one model each); SIGTERM
+    at exit (it drains, then exits 0)."""
 
-    def __init__(self, ckpt: Path, threads: int, extra: list[str]) -> None:
+    def __init__(self, ckpt: Path | list[Path], threads: int, extra: list[str]) -> None:
         self.port = free_port()
-        command = [sys.executable, "-m", "mt.cli.serve", "--ckpt", str(ckpt), "--port", str(self.port),
+        models = [arg for path in (ckpt if isinstance(ckpt, list) else [ckpt]) for arg in ("--ckpt", str(path))]
+        command = [sys.executable, "-m", "mt.cli.serve", *models, "--port", str(self.port),
                    "--threads", str(threads), "--log-level", "warning", "--max-queue", "1024", *extra]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.log = tempfile.TemporaryFile(mode="w+")  # shown only if the server fails
@@ -190,6 +192,8 @@ class Ask:
     payload: dict
     sentences: int
     expected: object = None
+    path: str = "/translate"
+    label: str = ""  # which series it counts in (bench_serve_models: the model)
 
 
 def line_asks(requests: list[list[str]], expected: dict[str, str]) -> list[Ask]:
@@ -214,7 +218,7 @@ async def load(url: str, asks: list[Ask], clients: int, time_limit: float, repea
             sent += 1
             start = time.monotonic()
             try:
-                status, body = await asyncio.wait_for(connection.post_json("/translate", ask.payload), time_limit + 60)
+                status, body = await asyncio.wait_for(connection.post_json(ask.path, ask.payload), time_limit + 60)
             except (TimeoutError, OSError):
                 errors += 1
                 await connection.close()
@@ -225,13 +229,20 @@ async def load(url: str, asks: list[Ask], clients: int, time_limit: float, repea
                 continue
             sentences += ask.sentences
             if ask.expected is not None:
-                exact &= json.loads(body)["translatedText"] == ask.expected
+                exact &= answer_text(json.loads(body)) == ask.expected
         await connection.close()
 
     start = time.monotonic()
     await asyncio.gather(*(client() for _ in range(clients)))
     seconds = time.monotonic() - start
     return latencies, errors, exact, sentences, seconds
+
+
+def answer_text(answer: dict):
+    """The translations of an answer: LibreTranslate's ``translatedText``, or /v1/translate's texts."""
+    if "translatedText" in answer:
+        return answer["translatedText"]
+    return [t["text"] for t in answer["translations"]]
 
 
 def run_load(server: Server, name: str, asks: list[Ask], clients: int, time_limit: float,

@@ -51,3 +51,19 @@ def test_bench_serve_soak_only(tmp_path_factory, tmp_path):
     assert soak["rss_start_mib"] > 0 and soak["rss_end_mib"] > 0 and "soak: RSS" in done.stdout
     refused = subprocess.run(command[:4] + command[6:], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "--soak-only needs --soak-minutes" in refused.stderr
+
+
+@pytest.mark.slow
+def test_bench_serve_models_smoke(tmp_path_factory, tmp_path):
+    """Two models (the demo model twice) alone and mixed, each answer exact; the memory of one model."""
+    command = bench_command(tmp_path_factory, tmp_path)
+    command[1] = str(SCRIPTS / "bench_serve_models.py")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "bench.json").read_text())
+    runs = report["mixed"]["runs"]
+    assert {(r["load"], r["model"]) for r in runs} == {(load, model) for load in ("alone", "mixed")
+                                                       for model in ("en-de", "en-de-2")}
+    assert all(r["errors"] == 0 and r["exact"] and r["requests"] > 0 for r in runs)
+    assert [m["models"] for m in report["memory"]] == [1]
+    assert all(len(m["loads_mib"]) == m["models"] and m["rss_mib"] > 0 for m in report["memory"])

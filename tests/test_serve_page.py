@@ -151,3 +151,27 @@ def test_a_one_target_model_has_no_select(server, page):
     page.goto(f"{url}/")
     sync_api.expect(page.locator("#pair")).not_to_be_empty(timeout=WAIT_MS)
     assert not page.is_visible("#target")
+
+
+def test_the_page_of_several_models_detects_or_takes_the_source(tmp_path_factory, page):
+    """en-de and de-en behind one server: the page lists both sources, detects German by default, and
+    offers the targets the chosen source reaches."""
+    from test_serve_models import model_set
+
+    base = tmp_path_factory.mktemp("page_models")
+    engines = {"en-de": torch_engine(untrained_checkpoint(base / "en-de.pt"), strategy="greedy", max_len_b=4),
+               "de-en": torch_engine(untrained_checkpoint(base / "de-en.pt", "data.src_lang=de", "data.tgt_lang=en",
+                                                          "model.d_ff=48"), strategy="greedy", max_len_b=4)}
+    german = "Ein Mann fährt mit dem Fahrrad einen Hügel hinunter."
+    with serving(model_set(engines, ["en-de", "de-en"]), ServeSettings(threads=1)) as (url, _):
+        page.goto(f"{url}/")
+        sync_api.expect(page.locator("#pair")).to_have_text("(English, German)", timeout=WAIT_MS)
+        assert page.is_visible("#source-choice") and page.is_visible("#target-choice")
+        page.select_option("#target", "en")
+        page.fill("#input", german)
+        page.click("#translate")
+        sync_api.expect(page.locator("#status")).to_contain_text("from German", timeout=WAIT_MS)
+        assert page.input_value("#output") == " ".join(reference(engines["de-en"], [german]))
+        page.select_option("#source", "en")
+        assert [o.get_attribute("value") for o in page.locator("#target option").all()] == ["de"]
+        assert not page.is_visible("#target-choice")

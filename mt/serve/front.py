@@ -41,6 +41,8 @@ class Front:
     def swap(self, models: ModelSet) -> None:
         """Serve ``models`` from now on (a reload): new requests route over them; queued jobs finish on
         the engines they were queued with."""
+        for gone in {m.name for m in self.models.models} - {m.name for m in models.models}:
+            self.metrics.resident.labels(gone).set(0)
         self.models = self.worker.models = models
         self.identifier = None
 

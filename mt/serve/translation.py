@@ -57,11 +57,17 @@ async def detect_sources(service: Front, documents: Sequence[Document]) -> list[
 
 
 def language_identifier(service: Front):
-    """The identifier over the models' source languages (built on first use, again after a reload)."""
+    """The identifier over the models' source languages that it knows (built on first use, again after a
+    reload); 400 when it knows none of them (a request must then name its source)."""
     if service.identifier is None:
-        from mt.document.language import LanguageIdentifier
+        from mt.document.language import LANGUAGES, LanguageIdentifier
 
-        service.identifier = LanguageIdentifier(service.models.router.sources())
+        sources = service.models.router.sources()
+        known = [code for code in sources if code in LANGUAGES]
+        if not known:
+            raise bad_request(f"language detection knows none of the source languages served ({', '.join(sources)}): "
+                              "name the source")
+        service.identifier = LanguageIdentifier(known)
     return service.identifier
 
 

@@ -52,7 +52,9 @@ async def detect_sources(service: Front, documents: Sequence[Document]) -> list[
     if len(sources) == 1:
         return [(sources[0], 100.0)] * len(documents)
     identifier = language_identifier(service)
-    found = await asyncio.to_thread(identifier.detect_many, [document_text(d) for d in documents])
+    texts = [document_text(d) for d in documents]
+    # one text after another on one core: lingua's batch call would take every core from the decoding worker
+    found = await asyncio.to_thread(lambda: [identifier.detect(text) for text in texts])
     return [ranked[0] for ranked in found]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import random
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,25 @@ def test_odd_lines_encode_without_crashing(joint: Tokenizer, val: tuple[list[str
     en, de = val
     trained = train_tokenizer(iter(en[:500] + de[:500] + ODD_LINES * 3), BYTE_FALLBACK_MIN_VOCAB)  # in training too
     assert [trained.decode(trained.encode(t)) for t in ODD_LINES] == ODD_LINES  # byte fallback: exact
+
+
+def prefix_spans(tokenizer: Tokenizer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+    """The plain reference of ``decode_with_spans``: each id ends where the decoded prefix up to it ends."""
+    text = tokenizer.decode(ids)
+    spans, end = [], 0
+    for k in range(len(ids)):
+        start = end
+        end = max(start, min(len(tokenizer.decode(ids[: k + 1])), len(text)))
+        spans.append((start, end))
+    return text, spans
+
+
+def test_decode_with_spans_equals_the_prefix_reference(joint: Tokenizer, val: tuple[list[str], list[str]]) -> None:
+    """SentencePiece's piece offsets give the spans that decoding every prefix gives: on val lines, with
+    special and out-of-range ids among them, and on random ids."""
+    en, de = val
+    rng = random.Random(0)
+    cases = [joint.encode(line) for line in en[:300] + de[:300]]
+    cases += [[EOS_ID, *ids[:3], PAD_ID, *ids[3:], joint.padded_vocab_size - 1] for ids in cases[:50]]
+    cases += [[rng.randrange(joint.padded_vocab_size) for _ in range(rng.randrange(30))] for _ in range(300)]
+    assert [joint.decode_with_spans(ids) for ids in cases] == [prefix_spans(joint, ids) for ids in cases]

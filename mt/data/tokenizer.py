@@ -94,15 +94,22 @@ class Tokenizer:
         return [p.id for p in proto.pieces], spans
 
     def decode_with_spans(self, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
-        """``decode(ids)`` and each id's ``[start, end)`` character span in it (empty for skipped ids),
-        measured on the decoded prefixes, so spans follow the detokenizer's own rules."""
-        text = self.decode(ids)
+        """``decode(ids)`` and each id's ``[start, end)`` character span in it (empty for skipped ids), as
+        SentencePiece's detokenizer places each piece (a piece's leading space is in its span)."""
+        n = self.vocab_size
+        kept = [i for i in ids if i not in SPECIAL_IDS and 0 <= i < n]
+        proto = self._sp.decode(kept, return_type="proto")
+        char_at = _char_offsets(proto.text)
+        placed = iter(proto.pieces)
         spans, end = [], 0
-        for k in range(len(ids)):
-            start = end
-            end = max(start, min(len(self.decode(ids[: k + 1])), len(text)))
+        for i in ids:
+            if i in SPECIAL_IDS or not 0 <= i < n:
+                spans.append((end, end))
+                continue
+            piece = next(placed)
+            start, end = char_at[piece.begin], char_at[piece.end]
             spans.append((start, end))
-        return text, spans
+        return proto.text, spans
 
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(i)

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -91,30 +92,35 @@ def attention(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch
         layer = (layers - 1) // 2
     chosen = range(layers) if layer == ALL_LAYERS else [layer if -layers <= layer < layers else -1]
     was_training = source.training
-    source.eval()
+    if was_training:  # (walks every module: not on each batch of a served model, which is always in eval)
+        source.eval()
     try:
         found = [source.cross_attention_weights(src, src == PAD_ID, tgt, index).float() for index in chosen]
         return (sum(found) / len(found)).cpu()
     finally:
-        source.train(was_training)
+        if was_training:
+            source.train()
 
 
 def word_links(weights: Tensor, pair: AlignInput, shift: bool) -> list[Link]:
-    """Each target word linked to its most attended source word, from one pair's (T+1, S+1) attention."""
-    rows = torch.arange(1, len(pair.tgt_ids) + 1) if shift else torch.arange(len(pair.tgt_ids))
-    src_cols = torch.arange(pair.prefix, len(pair.src_ids))  # the tag and EOS columns left out
-    piece = weights[rows][:, src_cols]  # (T, S')
-    src_words = torch.tensor(pair.src_words[pair.prefix :])
-    n_src = int(src_words.max()) + 1 if len(src_words) and int(src_words.max()) >= 0 else 0
-    tgt_words = torch.tensor(pair.tgt_words)
-    n_tgt = int(tgt_words.max()) + 1 if len(tgt_words) and int(tgt_words.max()) >= 0 else 0
-    if n_src == 0 or n_tgt == 0:
+    """Each target word linked to its most attended source word, from one pair's (T+1, S+1) attention.
+
+    Pieces are summed into words by two small products with one-hot matrices (numpy: a pair's matrices are a
+    few dozen rows, where a torch call's own cost would dominate)."""
+    src_words = np.asarray(pair.src_words[pair.prefix :])  # the tag and EOS columns left out
+    tgt_words = np.asarray(pair.tgt_words)
+    n_src = int(src_words.max()) + 1 if len(src_words) else 0
+    n_tgt = int(tgt_words.max()) + 1 if len(tgt_words) else 0
+    if n_src <= 0 or n_tgt <= 0:
         return []
-    by_src = torch.zeros(len(rows), n_src).index_add_(1, src_words.clamp(min=0), piece * (src_words >= 0))  # (T, Ws)
-    by_word = torch.zeros(n_tgt, n_src).index_add_(0, tgt_words.clamp(min=0), by_src * (tgt_words >= 0)[:, None])
-    best = by_word.argmax(dim=1)  # (Wt,)
+    first = 1 if shift else 0
+    piece = weights.numpy()[first : first + len(tgt_words), pair.prefix : len(pair.src_ids)]  # (T, S')
+    src_onehot = src_words[:, None] == np.arange(n_src)  # (S', Ws): whitespace pieces (-1) in no word
+    tgt_onehot = np.arange(n_tgt)[:, None] == tgt_words  # (Wt, T)
+    by_word = tgt_onehot.astype(np.float32) @ (piece @ src_onehot.astype(np.float32))  # (Wt, Ws)
+    best = by_word.argmax(axis=1)  # (Wt,)
     links = [(int(best[t]), t) for t in range(n_tgt)]
     if BOTH_WAYS:
-        back = by_word.argmax(dim=0)  # (Ws,): each source word's most attending target word
+        back = by_word.argmax(axis=0)  # (Ws,): each source word's most attending target word
         links = sorted(set(links) | {(s, int(back[s])) for s in range(n_src)}, key=lambda link: (link[1], link[0]))
     return links

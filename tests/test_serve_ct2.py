@@ -78,3 +78,22 @@ def test_word_links_from_ctranslate2s_attention(demo, engine):
         assert {t for _, t in output.links} == set(range(target_words))
         assert all(0 <= s < source_words for s, _ in output.links)
     assert [o.text for o in outputs] == [o.text for o in engine.translate(lines, Options())]
+
+
+def test_a_ct2_export_beside_its_checkpoint_serves_as_a_second_model(demo, engine):
+    """``--ckpt CKPT --ct2 DIR``: two models of one pair, in the flags' order; the first serves the pair, the
+    export answers when named, each as it does alone."""
+    from mt.cli.serve import load_models, parse_args
+
+    models = load_models(parse_args(["--ckpt", str(demo.ckpt), "--ct2", str(engine.directory), "--threads", "1"]))
+    assert [(m.name, m.spec.kind) for m in models.models] == [("en-de", "mt"), ("en-de-2", "ct2")]
+    lines = demo.sources[:4]
+    with serving(models, ServeSettings(threads=1)) as (url, _):
+        routed = httpx.post(f"{url}/v1/translate", json={"q": lines, "split_sentences": False}).json()
+        named = httpx.post(f"{url}/v1/translate", json={"q": lines, "model": "en-de-2", "split_sentences": False,
+                                                        "source": "en"}).json()
+        listed = httpx.get(f"{url}/v1/models").json()
+    assert routed["models"] == ["en-de"] and named["models"] == ["en-de-2"]
+    assert [t["text"] for t in routed["translations"]] == reference(torch_engine(demo.ckpt), lines)
+    assert [t["text"] for t in named["translations"]] == [o.text for o in engine.translate(lines, Options())]
+    assert [(m["engine"], m["parameters"] is None) for m in listed] == [("mt", False), ("ct2", True)]

@@ -32,6 +32,7 @@ from mt.serve.files import FileStore, StoreFull, download_name
 from mt.serve.front import ClientLeft
 from mt.serve.libretranslate import parse_query, string_param
 from mt.serve.limits import check_api_key
+from mt.serve.models import ModelSet
 from mt.serve.problems import ApiError, bad_request
 from mt.serve.routes import CLIENT_CLOSED, ERRORS, front
 from mt.serve.routing import Route
@@ -110,7 +111,7 @@ async def translate_file(request: Request) -> Any:
         source = string_param(params, "source", "auto")
         target = string_param(params, "target")
         if source != "auto":
-            route_of(service, source, target)  # a pair not served: 400 before the upload is read
+            route_of(service.models, source, target)  # a pair not served: 400 before the upload is read
         name = uploaded_name(upload)
         if upload.size is not None and upload.size > settings.max_file_bytes:
             raise ApiError(413, f"file over --max-file-bytes {settings.max_file_bytes}")
@@ -124,9 +125,10 @@ async def translate_file(request: Request) -> Any:
     except DocumentError as e:
         raise bad_request(str(e)) from None
     language = (await detect_sources(service, [document]))[0][0] if source == "auto" else source
-    route = route_of(service, language, target)
-    engine = await service.engine(service.models[route.first.model])
-    group = await asyncio.to_thread(plan_file, route, engine, document, settings.max_file_sentences, name)
+    models = service.models
+    route = route_of(models, language, target)
+    engine = await service.engine(models[route.first.model])
+    group = await asyncio.to_thread(plan_file, route, models, engine, document, settings.max_file_sentences, name)
     try:
         await translate_groups(service, request, [group], Options())
     except ClientLeft:
@@ -141,14 +143,15 @@ async def translate_file(request: Request) -> Any:
     return {"translatedFileUrl": str(url)}
 
 
-def plan_file(route: Route, engine: Engine, document: Document, max_sentences: int, name: str) -> Group:
+def plan_file(route: Route, models: ModelSet, engine: Engine, document: Document, max_sentences: int,
+              name: str) -> Group:
     """The file's sentences on ``route``, planned by its first model's ``engine`` (run in a thread: splitting
     is CPU work); 400 for more than ``--max-file-sentences``."""
     planned = plan([document], route.first.source, engine, route.first.tag)
     count = len(planned.sentences)
     if count > max_sentences:
         raise bad_request(f"{name}: {count} sentences, more than --max-file-sentences {max_sentences}")
-    return Group(route, [0], planned)
+    return Group(route, [0], planned, models)
 
 
 def attachment(name: str) -> str:

@@ -30,7 +30,6 @@ from mt.serve.limits import check_api_key, check_sentence_count, split_lines
 from mt.serve.metrics import Metrics
 from mt.serve.models import ServedModel
 from mt.serve.problems import bad_request
-from mt.serve.routing import Route
 from mt.serve.schemas import (
     DetectedLanguage,
     DetectForm,
@@ -54,7 +53,7 @@ from mt.serve.translation import (
     language_identifier,
     models_used,
     route_documents,
-    route_of,
+    routes,
     translate_groups,
     translate_lines,
 )
@@ -135,7 +134,7 @@ def read_documents(texts: list[str], text_format: str) -> list[Document]:
 
 async def alternatives_options(service: Front, groups: list[Group], count: int) -> Options:
     """Beam search wide enough for ``count`` alternatives beside the best (the last hop's model's beam, or wider)."""
-    last = await service.engine(service.models[groups[0].route.hops[-1].model])
+    last = await service.engine(groups[0].models[groups[0].route.hops[-1].model])
     cfg = last.settings(Options())
     return Options(strategy="beam", beam=max(cfg.beam_size if cfg.strategy == "beam" else 1, count + 1),
                    nbest=count + 1)
@@ -206,7 +205,7 @@ async def translate_v1(request: Request) -> Any:
             groups, outputs = await translate_unsplit(service, request, texts, sources, target, req.model, options)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
-    cfg = (await service.engine(service.models[groups[0].route.hops[-1].model])).settings(options)
+    cfg = (await service.engine(groups[0].models[groups[0].route.hops[-1].model])).settings(options)
     nbest = cfg.nbest if cfg.strategy == "beam" else 1
     settings = {"strategy": cfg.strategy, "beam": cfg.beam_size, "nbest": nbest, "alpha": cfg.alpha,
                 "length_penalty": cfg.length_penalty}
@@ -238,14 +237,12 @@ async def translate_unsplit(
     """``split_sentences: false``: each line of each text one sentence, as mt-translate reads a file; the
     lines of the texts of one route go through it as one job a hop. Returns the groups (no plans) and one
     output per line, in order."""
-    by_route: dict[Route, list[int]] = {}
-    for i, source in enumerate(sources):
-        by_route.setdefault(route_of(service, source, target, model), []).append(i)
+    models = service.models
     lines_of = [split_lines(text) for text in texts]
+    groups = [Group(route, indices, None, models) for route, indices in routes(models, sources, target, model).items()]
     check_sentence_count(sum(map(len, lines_of)), service.settings.max_lines)
-    groups = [Group(route, indices, None) for route, indices in by_route.items()]
     found = await asyncio.gather(*(
-        translate_lines(service, request, g.route, [line for i in g.indices for line in lines_of[i]], options)
+        translate_lines(service, request, g, [line for i in g.indices for line in lines_of[i]], options)
         for g in groups))
     per_text: dict[int, list[Output]] = {}
     for group, outputs in zip(groups, found, strict=True):

@@ -22,6 +22,7 @@ from mt.serve.documents import Planned, plan
 from mt.serve.engine import Options, Output
 from mt.serve.front import Front
 from mt.serve.limits import check_sentence_count
+from mt.serve.models import ModelSet
 from mt.serve.problems import bad_request
 from mt.serve.routing import NoRoute, Route
 
@@ -35,7 +36,8 @@ class Group:
 
     route: Route
     indices: list[int]
-    planned: Planned
+    planned: Planned | None
+    models: ModelSet  # the set it was routed over: a reload meanwhile does not pull its models away
     outputs: list[Output] = field(default_factory=list)
 
 
@@ -73,9 +75,10 @@ def language_identifier(service: Front):
     return service.identifier
 
 
-def route_of(service: Front, source: str, target: str, model: str | None = None) -> Route:
-    """The route of ``source -> target``; LibreTranslate's 400 naming what is served when there is none."""
-    router = service.models.router
+def route_of(models: ModelSet, source: str, target: str, model: str | None = None) -> Route:
+    """The route of ``source -> target`` over ``models``; LibreTranslate's 400 naming what is served when
+    there is none."""
+    router = models.router
     if model is None and source not in router.sources():
         raise bad_request(f"{source} is not supported ({router.describe()})")
     if model is None and target not in router.targets_of(source):
@@ -91,17 +94,23 @@ async def route_documents(
 ) -> list[Group]:
     """The documents grouped by route, each group planned by its first model (400 for more sentences in
     all than ``--max-lines``)."""
-    by_route: dict[Route, list[int]] = {}
-    for i, source in enumerate(sources):
-        by_route.setdefault(route_of(service, source, target, model), []).append(i)
+    models = service.models
     groups = []
-    for route, indices in by_route.items():
+    for route, indices in routes(models, sources, target, model).items():
         first = route.first
-        engine = await service.engine(service.models[first.model])
+        engine = await service.engine(models[first.model])
         planned = plan([documents[i] for i in indices], first.source, engine, first.tag)
-        groups.append(Group(route, indices, planned))
+        groups.append(Group(route, indices, planned, models))
     check_sentence_count(sum(len(g.planned.sentences) for g in groups), service.settings.max_lines)
     return groups
+
+
+def routes(models: ModelSet, sources: Sequence[str], target: str, model: str | None) -> dict[Route, list[int]]:
+    """Each route and the indices of the texts (in ``sources``' languages) that take it."""
+    by_route: dict[Route, list[int]] = {}
+    for i, source in enumerate(sources):
+        by_route.setdefault(route_of(models, source, target, model), []).append(i)
+    return by_route
 
 
 async def translate_groups(service: Front, request: Request, groups: Sequence[Group], options: Options) -> None:
@@ -109,21 +118,22 @@ async def translate_groups(service: Front, request: Request, groups: Sequence[Gr
 
     async def run(group: Group) -> None:
         planned = group.planned
-        group.outputs = await translate_lines(service, request, group.route, planned.sentences, options,
+        group.outputs = await translate_lines(service, request, group, planned.sentences, options,
                                               planned.needs_alignment)
 
     await asyncio.gather(*(run(g) for g in groups))
 
 
 async def translate_lines(
-    service: Front, request: Request, route: Route, lines: Sequence[str], options: Options,
+    service: Front, request: Request, group: Group, lines: Sequence[str], options: Options,
     align: Sequence[bool] | None = None,
 ) -> list[Output]:
-    """``lines`` through ``route``'s hops (``options`` for the last), one output per line."""
+    """``lines`` through the hops of ``group``'s route (``options`` for the last), one output per line."""
     outputs: list[Output] | None = None
-    for k, hop in enumerate(route.hops):
-        last = k == len(route.hops) - 1
-        found = await service.translate(request, service.models[hop.model], lines, options if last else Options(),
+    hops = group.route.hops
+    for k, hop in enumerate(hops):
+        last = k == len(hops) - 1
+        found = await service.translate(request, group.models[hop.model], lines, options if last else Options(),
                                         hop.tag, align)
         outputs = found if outputs is None else [compose(a, b) for a, b in zip(outputs, found, strict=True)]
         lines = [o.text for o in found]

@@ -1,8 +1,10 @@
-"""``mt-serve`` / ``python -m mt.cli.serve``: translate over HTTP with a trained checkpoint or a CTranslate2 export.
+"""``mt-serve`` / ``python -m mt.cli.serve``: translate over HTTP with trained checkpoints or CTranslate2 exports.
 
 Examples:
     mt-serve --ckpt runs/demo/checkpoints/best.pt                  # http://127.0.0.1:5000/
     mt-serve --ct2 exports/demo-ct2 --port 8000 --api-keys keys.txt
+    mt-serve --ckpt en-de.pt --ckpt de-en.pt                       # two models: en <-> de
+    mt-serve --models models.toml --lazy --max-loaded 4            # a list; SIGHUP re-reads it
     curl -s localhost:5000/translate -H 'Content-Type: application/json' \\
         -d '{"q": "twenty-one", "source": "en", "target": "de"}'
 
@@ -12,8 +14,10 @@ LibreTranslate's ``POST /translate``, ``POST /translate_file``, ``GET /languages
 concurrent requests are decoded together (``--max-batch-tokens``, ``--max-wait-ms``); each answer equals
 mt-translate's for the same lines and settings. A model of several target languages
 serves them all: a request's ``target`` picks one (``/languages`` lists them), as ``mt-translate
---target-lang`` does, and lines for different targets share a batch. SIGTERM stops taking requests,
-answers those already taken, then exits 0.
+--target-lang`` does, and lines for different targets share a batch. Several models: each ``--ckpt``
+or ``--ct2`` is another (``--ckpt A B``: one ensemble); a pair goes to the first model that translates
+it, else through one pivot language; ``source=auto`` and ``POST /detect`` tell the language; each model
+has its own queue, served in turn. SIGTERM stops taking requests, answers those already taken, then exits 0.
 
 Files: ``curl -F file=@report.docx -F target=de localhost:5000/translate_file`` answers
 ``{"translatedFileUrl": "http://.../download_file/<token>/report.de.docx"}`` (the formats:

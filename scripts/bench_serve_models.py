@@ -35,7 +35,7 @@ from bench_serve import (
     read_lines,
 )
 
-SMOKE = {"seconds": 2.0, "rounds": 1, "clients": 4, "max_models": 1, "requests": 16}
+SMOKE = {"seconds": 1.0, "rounds": 1, "clients": 4, "max_models": 1, "requests": 16, "server_args": ["--quick-start"]}
 
 
 def model_asks(requests: list[list[str]], expected: dict[str, str], model: dict) -> list[Ask]:
@@ -65,7 +65,7 @@ def show(kind: str, name: str, f: dict) -> None:
 def mixed_load(args, ckpts: list[Path], requests, expected: list[dict[str, str]]) -> dict:
     half = max(1, args.clients // 2)
     runs: list[dict] = []
-    with Server(ckpts, args.threads, []) as server:
+    with Server(ckpts, args.threads, args.server_args) as server:
         models = httpx.get(f"{server.url}/v1/models", timeout=30).json()
         names = [m["name"] for m in models]
         asks = {m["name"]: model_asks(requests, found, m) for m, found in zip(models, expected, strict=True)}
@@ -95,7 +95,7 @@ def memory(args, ckpt: Path) -> list[dict]:
     """RSS of servers holding 1..max_models copies of ``ckpt``, and each load's resident bytes."""
     rows = []
     for count in range(1, args.max_models + 1):
-        with Server([ckpt] * count, args.threads, []) as server:
+        with Server([ckpt] * count, args.threads, args.server_args) as server:
             models = httpx.get(f"{server.url}/v1/models", timeout=30).json()
             row = {"models": count, "rss_mib": server.rss_mib(),
                    "loads_mib": [m["resident_bytes"] / 2**20 for m in models]}
@@ -116,7 +116,9 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=64, help="clients in the mixed run (half per model)")
     p.add_argument("--max-models", type=int, default=4, help="memory: servers of 1..N models")
     p.add_argument("--threads", type=int, default=0, help="decoding threads (0: the server's default)")
-    p.add_argument("--smoke", action="store_true", help="a few seconds' run with tiny counts (the test suite's)")
+    p.add_argument("--server-args", nargs="+", default=[], metavar="ARG", help="more mt-serve flags")
+    p.add_argument("--smoke", action="store_true",
+                   help="a few seconds' run with tiny counts and --quick-start servers (the test suite's)")
     p.add_argument("--json-out", type=Path)
     args = p.parse_args()
     if args.smoke:

@@ -124,7 +124,7 @@ def load_models(args: argparse.Namespace):
 
     models = ModelSet([ServedModel(spec) for spec in model_specs(args)], args.max_loaded)
     if not args.lazy:
-        for model in models.models[: args.max_loaded or len(models.models)]:
+        for model in models.loaded_at_start():
             model.load()
     return models
 

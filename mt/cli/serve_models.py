@@ -16,6 +16,7 @@ there, languages known), so a wrong entry fails at start (or leaves a SIGHUP rel
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import threading
 import tomllib
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 from mt.cli.errors import UsageError
 from mt.errors import UserError
 from mt.serve.models import ModelSpec
-from mt.serve.routing import Languages
+from mt.serve.routing import Languages, model_name
 
 ENTRY_KEYS = {"name", "ckpt", "ct2", "precision", "source_lang", "target_lang"}
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -107,29 +108,29 @@ def checkpoint_spec(args: argparse.Namespace, name: str | None) -> ModelSpec:
     paths = checkpoint_paths(args)
     _, cfg = load_tokenizers_and_config(paths[0])
     source, targets, tagged = served_languages(cfg, args)
-    languages = Languages(name or default_name(source, targets), source, tuple(targets), tagged)
+    languages = Languages(name or model_name(source, targets), source, tuple(targets), tagged)
     identity = ("mt", tuple(str(p.resolve()) for p in paths), tuple(p.stat().st_mtime_ns for p in paths),
                 args.precision, source, tuple(targets))
-    return ModelSpec(languages, lambda: load_checkpoint_engine(args), identity, "mt", " + ".join(map(str, paths)))
+    return ModelSpec(languages, lambda: load_checkpoint_engine(args, languages), identity, "mt",
+                     " + ".join(map(str, paths)))
 
 
-def load_checkpoint_engine(args: argparse.Namespace):
+def load_checkpoint_engine(args: argparse.Namespace, languages: Languages):
     """The checkpoint's TorchEngine. On the main thread (at start) it loads on one torch thread: a thread that
     ran a parallel (OpenMP) region leaves its thread team behind, and the decoding worker's own team then
     shares the cores with it (2x slower decoding on 2 cores, measured). On the worker's thread (a lazy load,
     a reload) the worker's thread count stays as it is."""
     import sys
 
-    from mt.cli.serve import served_languages
     from mt.cli.translate import load_translator
     from mt.serve.engine import TorchEngine
 
     threads = 1 if threading.current_thread() is threading.main_thread() else 0
-    translator, cfg, paths = load_translator(argparse.Namespace(**{**vars(args), "threads": threads}))
-    source, targets, tagged = served_languages(cfg, args)
+    translator, _, paths = load_translator(argparse.Namespace(**{**vars(args), "threads": threads}))
     print(f"mt-serve: decoding defaults {translator.cfg}", file=sys.stderr)
     models = " + ".join(map(str, paths))  # several: an ensemble
-    return TorchEngine(translator, source, targets, f"{models} on {translator.device}", tagged=tagged)
+    return TorchEngine(translator, languages.source, list(languages.targets), f"{models} on {translator.device}",
+                       tagged=languages.tagged)
 
 
 def ct2_spec(directory: Path, args: argparse.Namespace, source_lang: str | None, target_lang: str | None,
@@ -137,7 +138,7 @@ def ct2_spec(directory: Path, args: argparse.Namespace, source_lang: str | None,
     from mt.serve.ct2_engine import Ct2Engine
 
     source, targets, tagged = Ct2Engine.languages(directory, source_lang, target_lang)
-    languages = Languages(name or default_name(source, targets), source, tuple(targets), tagged)
+    languages = Languages(name or model_name(source, targets), source, tuple(targets), tagged)
     model_file = directory / "model.bin"
     stamp = model_file.stat().st_mtime_ns if model_file.is_file() else 0
     identity = ("ct2", str(directory.resolve()), stamp, source, tuple(targets))
@@ -158,12 +159,6 @@ def load_ct2_engine(directory: Path, args: argparse.Namespace, source: str, targ
     return engine
 
 
-def default_name(source: str, targets: list[str]) -> str:
-    from mt.serve.app import model_name
-
-    return model_name(source, targets)
-
-
 def named(specs: list[ModelSpec]) -> list[ModelSpec]:
     """The specs with unique names: a name given twice (two models of one pair) gets ``-2``, ``-3``..."""
     seen: dict[str, int] = {}
@@ -172,8 +167,6 @@ def named(specs: list[ModelSpec]) -> list[ModelSpec]:
         name = spec.name
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:
-            name = f"{name}-{seen[name]}"
-            spec = ModelSpec(Languages(name, spec.languages.source, spec.languages.targets, spec.languages.tagged),
-                             spec.load, spec.identity, spec.kind, spec.what)
+            spec = dataclasses.replace(spec, languages=dataclasses.replace(spec.languages, name=f"{name}-{seen[name]}"))
         out.append(spec)
     return out

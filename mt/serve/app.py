@@ -30,7 +30,7 @@ from mt.serve.middleware import BodyLimit, Limit, RequestMetrics
 from mt.serve.models import ModelSet, ModelSpec, ServedModel
 from mt.serve.problems import ApiError
 from mt.serve.routes import router
-from mt.serve.routing import Languages
+from mt.serve.routing import Languages, model_name
 from mt.serve.settings import ServeSettings
 
 log = logging.getLogger("mt.serve")
@@ -76,11 +76,6 @@ def one_model(engine: Engine) -> ModelSet:
     languages = Languages(model_name(engine.source_lang, engine.target_langs), engine.source_lang,
                           tuple(engine.target_langs), engine.tagged)
     return ModelSet([ServedModel(ModelSpec(languages, lambda: engine, what=engine.description), engine)])
-
-
-def model_name(source: str, targets: list[str]) -> str:
-    """A model's default name: its pair (``en-de``), or its source and targets (``en-de+fr``)."""
-    return f"{source}-{'+'.join(targets)}"
 
 
 def create_app(models: ModelSet | Engine, settings: ServeSettings) -> FastAPI:

@@ -28,6 +28,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -111,6 +112,7 @@ class BatchingWorker:
         self._gathering: ServedModel | None = None  # the model whose batch is being gathered (not in _turns)
         self._loads: deque[tuple[ServedModel, ModelSet, Future]] = deque()
         self._queued = 0
+        self._budgets: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()  # an unloaded one goes
         self._cond = threading.Condition()
         self._stopping = False
         self._last_batch_s = 0.0
@@ -150,8 +152,12 @@ class BatchingWorker:
         return future
 
     def budget(self, engine: Engine) -> int:
-        """Source tokens (x beam) one gather may take for ``engine``."""
-        return self.max_batch_tokens or GATHER_BATCHES * engine.settings(Options()).max_tokens
+        """Source tokens (x beam) one gather may take for ``engine`` (its defaults resolved once)."""
+        if self.max_batch_tokens:
+            return self.max_batch_tokens
+        if engine not in self._budgets:
+            self._budgets[engine] = GATHER_BATCHES * engine.settings(Options()).max_tokens
+        return self._budgets[engine]
 
     def _run(self) -> None:
         import torch

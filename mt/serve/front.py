@@ -53,7 +53,7 @@ class Front:
         old engines. A model that fails to load leaves the old set in place and raises."""
         models = self.models.successor(specs, self.models.max_loaded)
         if not lazy:
-            for model in models.models[: models.max_loaded or len(models.models)]:
+            for model in models.loaded_at_start():
                 if model.engine is None:
                     self.worker.load(model, models).result()
         self.swap(models)

@@ -91,6 +91,10 @@ class ModelSet:
     def __getitem__(self, name: str) -> ServedModel:
         return self.by_name[name]
 
+    def loaded_at_start(self) -> list[ServedModel]:
+        """The models to load before serving (without ``--lazy``): the first ``max_loaded``, or all."""
+        return self.models[: self.max_loaded or len(self.models)]
+
     def loaded(self) -> list[ServedModel]:
         return [m for m in self.models if m.engine is not None]
 

@@ -134,7 +134,7 @@ def read_documents(texts: list[str], text_format: str) -> list[Document]:
 
 async def alternatives_options(service: Front, groups: list[Group], count: int) -> Options:
     """Beam search wide enough for ``count`` alternatives beside the best (the last hop's model's beam, or wider)."""
-    last = await service.engine(groups[0].models[groups[0].route.hops[-1].model])
+    last = await service.engine(groups[0].last_model)
     cfg = last.settings(Options())
     return Options(strategy="beam", beam=max(cfg.beam_size if cfg.strategy == "beam" else 1, count + 1),
                    nbest=count + 1)
@@ -205,7 +205,7 @@ async def translate_v1(request: Request) -> Any:
             groups, outputs = await translate_unsplit(service, request, texts, sources, target, req.model, options)
     except ClientLeft:
         return Response(status_code=CLIENT_CLOSED)
-    cfg = (await service.engine(groups[0].models[groups[0].route.hops[-1].model])).settings(options)
+    cfg = (await service.engine(groups[0].last_model)).settings(options)
     nbest = cfg.nbest if cfg.strategy == "beam" else 1
     settings = {"strategy": cfg.strategy, "beam": cfg.beam_size, "nbest": nbest, "alpha": cfg.alpha,
                 "length_penalty": cfg.length_penalty}

@@ -27,6 +27,11 @@ class Languages:
         return source == self.source and target in self.targets
 
 
+def model_name(source: str, targets: Sequence[str]) -> str:
+    """A model's default name: its pair (``en-de``), or its source and targets (``en-de+fr``)."""
+    return f"{source}-{'+'.join(targets)}"
+
+
 @dataclass(frozen=True)
 class Hop:
     """One translation step: ``model`` turns ``source`` into ``target`` (``tag``: the target's tag, or None)."""

@@ -22,7 +22,7 @@ from mt.serve.documents import Planned, plan
 from mt.serve.engine import Options, Output
 from mt.serve.front import Front
 from mt.serve.limits import check_sentence_count
-from mt.serve.models import ModelSet
+from mt.serve.models import ModelSet, ServedModel
 from mt.serve.problems import bad_request
 from mt.serve.routing import NoRoute, Route
 
@@ -39,6 +39,11 @@ class Group:
     planned: Planned | None
     models: ModelSet  # the set it was routed over: a reload meanwhile does not pull its models away
     outputs: list[Output] = field(default_factory=list)
+
+    @property
+    def last_model(self) -> ServedModel:
+        """The model of the route's last hop (whose settings the request's options apply to)."""
+        return self.models[self.route.hops[-1].model]
 
 
 def document_text(document: Document) -> str:

@@ -74,7 +74,7 @@ export: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/mt-serve $(if $(MODELS),--models $(MODELS),--exp $(EXP) $(if $(CKPT),--ckpt $(CKPT))) --host $(HOST) --port $(PORT) $(ARGS)
 
-# paragraphs with and without sentence splitting, and inline-tag placement (docs/recipes.md); eflomal (the
+# paragraphs with and without sentence splitting, and inline-tag placement (docs/documents.md); eflomal (the
 # reference word aligner) is installed on first use
 eval-documents: $(STAMP)
 	$(if $(CKPT),,$(error usage: make eval-documents CKPT=path/to/multi30k/checkpoint.pt))

@@ -5,7 +5,7 @@ layer's encoder-decoder attention, averaged over heads, says which source pieces
 at. Pieces are summed into words (runs of non-whitespace, ``WORD``: the words ``mt.document.project``
 counts); each target word is linked to the source word it attends to most, and each source word to the
 target word attending to it most (``BOTH_WAYS``; a target tag and the EOS column left out). The layer and
-the rest were chosen by tag placement against eflomal on Multi30k (docs/recipes.md, "Documents"): the
+the rest were chosen by tag placement against eflomal on Multi30k (docs/documents.md): the
 middle decoder layer (``MIDDLE``: the third of six) placed 68-70% of tags on exactly the reference's words,
 the last layer 44-51%, the mean of all layers 56-62%; reading the attention of the step after a piece
 (``shift``, Chen et al. 2020) placed under 20% with this model.

@@ -25,7 +25,7 @@ TEST_WORKERS ?= $(shell [ "$$(nproc 2>/dev/null || echo 1)" -ge 2 ] && echo 2 ||
 HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
-.PHONY: install test train translate eval export summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
+.PHONY: install test train translate eval export import summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
 .PHONY: serve bench-serve bench-serve-models eval-documents
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make translate [EXP=..|CKPT=..] [INPUT=file] [OUTPUT=file]   (stdin -> stdout otherwise)"
 	@echo "make eval [EXP=..|CKPT=..] [ARGS='--align 3']                 (report under reports/)"
 	@echo "make export TO=ctranslate2|hf CKPT=path/to/checkpoint.pt OUT=dir [QUANT=int8] [ARGS=--force]"
+	@echo "make import DIR=path/to/hf/model OUT=model.pt [ARGS=--force]"
 	@echo "make bench-scale PAIRS=4500000 | make bench-peers | make bench-bf16 | make bench-curves | make ablate [ARGS='--minutes 30']"
 	@echo "make serve [EXP=..|CKPT=..] [PORT=5000] [HOST=127.0.0.1] [ARGS='--api-keys keys.txt']   (HTTP, page at /)"
 	@echo "make bench-serve CKPT=multi30k/checkpoints/best.pt [ARGS='--soak-minutes 10' | ARGS='--documents 200']"
@@ -70,6 +71,10 @@ eval: $(STAMP)
 export: $(STAMP)
 	$(if $(and $(TO),$(CKPT),$(OUT)),,$(error usage: make export TO=ctranslate2|hf CKPT=path/to/checkpoint.pt OUT=dir [QUANT=int8] [ARGS=--force]))
 	$(BIN)/mt-export --to $(TO) --ckpt $(CKPT) --out $(OUT) $(if $(QUANT),--quantization $(QUANT)) $(ARGS)
+
+import: $(STAMP)
+	$(if $(and $(DIR),$(OUT)),,$(error usage: make import DIR=path/to/hf/model OUT=model.pt [ARGS="--source-lang en --target-lang de"]))
+	$(BIN)/mt-import --from hf $(DIR) --out $(OUT) $(ARGS)
 
 serve: $(STAMP)
 	$(BIN)/mt-serve $(if $(MODELS),--models $(MODELS),--exp $(EXP) $(if $(CKPT),--ckpt $(CKPT))) --host $(HOST) --port $(PORT) $(ARGS)

@@ -283,20 +283,35 @@ def load_tokenizers_and_config(path: str | Path):
 
 
 def tokenizers_state(tokenizers) -> dict[str, Any]:
-    """Tokenizer models as bytes, so a checkpoint is self-contained."""
-    return {
+    """Tokenizer models as bytes, so a checkpoint is self-contained; an imported model's vocabularies (model id
+    -> piece, ``mt.data.vocab_tokenizer``) as lists of strings beside them."""
+    state = {
         "joint": tokenizers.joint,
         "src": tokenizers.src.model_proto,
         "tgt": None if tokenizers.joint else tokenizers.tgt.model_proto,
     }
+    for side in ("src", "tgt"):
+        tokenizer = getattr(tokenizers, side)
+        vocab = getattr(tokenizer, "vocab", None)
+        if vocab is not None and not (side == "tgt" and tokenizers.joint):
+            state[f"{side}_vocab"], state[f"{side}_rows"] = vocab, tokenizer.padded_vocab_size
+    return state
 
 
 def tokenizers_from_state(state: dict[str, Any]):
     from mt.data import Tokenizer, Tokenizers
+    from mt.data.vocab_tokenizer import VocabTokenizer
 
     tok = state.get("tokenizers")
     if tok is None:
         raise CheckpointError("checkpoint holds no tokenizer")
-    src = Tokenizer.from_proto(tok["src"])
-    tgt = src if tok["joint"] else Tokenizer.from_proto(tok["tgt"])
+
+    def side(name: str):
+        vocab = tok.get(f"{name}_vocab")
+        if vocab is None:
+            return Tokenizer.from_proto(tok[name])
+        return VocabTokenizer(tok[name], vocab, tok[f"{name}_rows"])
+
+    src = side("src")
+    tgt = src if tok["joint"] else side("tgt")
     return Tokenizers(src=src, tgt=tgt, joint=tok["joint"])

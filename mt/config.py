@@ -105,11 +105,17 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    activation: str = "relu"  # relu | gelu | swiglu (gated FFN, Shazeer 2020)
+    activation: str = "relu"  # relu | gelu | silu (OPUS-MT's "swish") | swiglu (gated FFN, Shazeer 2020)
     swiglu_hidden: int = 0  # swiglu's hidden size; 0 = 2 * d_ff / 3 rounded to a multiple of 8
     pre_ln: bool = False  # False = Post-LN, as in the paper
     norm: str = "layernorm"  # layernorm | rmsnorm
     positions: str = "sinusoidal"  # sinusoidal | learned | rope (rotary, in self-attention)
+    # sinusoidal frequencies, both laid out as [sin | cos] halves: fairseq 10000^(-i/(D/2-1)) | marian 10000^(-2i/D)
+    sinusoid: str = "fairseq"
+    scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (section 3.4)
+    # a fixed bias on the output logits (V,), not trained: an imported model's final_logits_bias, with -inf on the
+    # rows the original model has no output for (mt.pretrained)
+    logits_bias: bool = False
     kv_heads: int = 0  # key/value heads; 0 = heads, 1 = multi-query, a divisor of heads = grouped-query
     qk_norm: bool = False  # RMSNorm on each head's queries and keys
     max_positions: int = 1024

@@ -117,7 +117,7 @@ RULES: dict[str, list[Rule]] = {
         fraction("dropout"),
         fraction("attention_dropout"),
         fraction("activation_dropout"),
-        one_of("activation", ("relu", "gelu", "swiglu")),
+        one_of("activation", ("relu", "gelu", "silu", "swiglu")),
         at_least("swiglu_hidden", 0, "0 = 2 * d_ff / 3 rounded to a multiple of 8"),
         one_of("norm", ("layernorm", "rmsnorm")),
         one_of("positions", ("sinusoidal", "learned", "rope")),
@@ -125,6 +125,12 @@ RULES: dict[str, list[Rule]] = {
             "positions",
             lambda v, g: v != "rope" or g.heads <= 0 or g.d_model % g.heads or (g.d_model // g.heads) % 2 == 0,
             "needs an even head dimension, model.d_model / model.heads = {g.d_model} / {g.heads}",
+        ),
+        one_of("sinusoid", ("fairseq", "marian")),
+        Rule(
+            "sinusoid",
+            lambda v, g: v == "fairseq" or g.positions == "sinusoidal",
+            "applies to model.positions=sinusoidal only (positions={g.positions})",
         ),
         at_least("kv_heads", 0, "0 = model.heads"),
         Rule(

@@ -30,6 +30,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "checkpoint": {"errors", "config", "data", "model"},
     "eval": {"errors", "config", "data", "decode"},
     "export": {"errors", "config", "data", "model", "decode", "checkpoint"},
+    "pretrained": {"errors", "config", "data", "model", "checkpoint"},
     "document": {"errors"},
     "serve": {"errors", "config", "data", "model", "decode", "checkpoint", "document"},
     "train": {
@@ -38,7 +39,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "cli": {
         "errors", "config", "device", "allocator", "kernel_cache", "runs", "data", "model", "decode", "checkpoint",
-        "eval", "export", "serve", "train", "document",
+        "eval", "export", "serve", "train", "document", "pretrained",
     },
 }
 
@@ -86,6 +87,7 @@ def test_inference_entry_points_load_no_training_code():
         "import sys\n"
         "import mt.decode, mt.eval, mt.eval.report, mt.eval.scoring, mt.checkpoint, mt.export\n"
         "import mt.cli.translate, mt.cli.evaluate, mt.cli.export, mt.cli.plots, mt.cli.serve, mt.serve\n"
+        "import mt.pretrained, mt.cli.import_model\n"
         "import mt.serve.app, mt.serve.ct2_engine\n"
         "from mt.cli.translate import load_translator\n"
         "print(sorted(m for m in sys.modules if m == 'mt.train' or m.startswith('mt.train.')))\n"

@@ -241,7 +241,8 @@ def test_qk_norm_normalises_each_head() -> None:
         ("kv_heads=-1", "model.kv_heads=-1: must be >= 0"),
         ("norm=batchnorm", "model.norm=batchnorm: must be one of layernorm | rmsnorm"),
         ("positions=alibi", "model.positions=alibi: must be one of sinusoidal | learned | rope"),
-        ("activation=swish", "model.activation=swish: must be one of relu | gelu | swiglu"),
+        ("activation=swish", "model.activation=swish: must be one of relu | gelu | silu | swiglu"),
+        ("sinusoid=paper", "model.sinusoid=paper: must be one of fairseq | marian"),
         ("swiglu_hidden=-8", "model.swiglu_hidden=-8: must be >= 0"),
     ],
 )

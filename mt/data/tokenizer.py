@@ -97,8 +97,7 @@ class Tokenizer:
         """``decode(ids)`` and each id's ``[start, end)`` character span in it (empty for skipped ids), as
         SentencePiece's detokenizer places each piece (a piece's leading space is in its span)."""
         n = self.vocab_size
-        kept = [i for i in ids if i not in SPECIAL_IDS and 0 <= i < n]
-        proto = self._sp.decode(kept, return_type="proto")
+        proto = self._decode_proto([i for i in ids if i not in SPECIAL_IDS and 0 <= i < n])
         char_at = _char_offsets(proto.text)
         placed = iter(proto.pieces)
         spans, end = [], 0
@@ -110,6 +109,10 @@ class Tokenizer:
             start, end = char_at[piece.begin], char_at[piece.end]
             spans.append((start, end))
         return proto.text, spans
+
+    def _decode_proto(self, kept: list[int]):
+        """SentencePiece's decoding (text and each piece's place) of ids with the specials left out."""
+        return self._sp.decode(kept, return_type="proto")
 
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(i)

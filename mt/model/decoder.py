@@ -17,8 +17,10 @@ class Decoder(nn.Module):
     """Embedding, N ``DecoderLayer``s, a final norm for Pre-LN, and the output projection.
 
     The output projection (section 3.4) is ``logits = h @ W^T`` with ``W`` the target embedding matrix
-    (V, D) itself and no bias: input and output embeddings are always tied, so there is no separate
-    parameter (and no duplicate entry in the state dict).
+    (V, D) itself: input and output embeddings are always tied, so there is no separate parameter (and no
+    duplicate entry in the state dict). ``logits_bias=True`` adds a fixed bias (V,) to the logits, a buffer
+    that training leaves as it is (an imported model's ``final_logits_bias``; ``-inf`` on the rows that model
+    has no output for, so they take no probability).
     """
 
     def __init__(
@@ -26,9 +28,14 @@ class Decoder(nn.Module):
         embedding: TransformerEmbedding,
         layers: list[DecoderLayer],
         final_norm: nn.Module | None,
+        *,
+        logits_bias: bool = False,
     ) -> None:
         super().__init__()
         self.embedding = embedding
+        self.logits_bias: Tensor | None
+        bias = torch.zeros(embedding.token.num_embeddings) if logits_bias else None
+        self.register_buffer("logits_bias", bias)  # (V,) or None
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
         # cached decoding in eval mode runs ``DecoderLayer.step`` (the same ops, fewer Python calls);
@@ -52,9 +59,11 @@ class Decoder(nn.Module):
 
     def project(self, x: Tensor) -> Tensor:
         """The output projection: hidden states (..., D) -> logits (..., V)."""
+        bias = self.logits_bias
         if self.output_packed is not None and not self.training and x.dtype == torch.float32:
-            return packed_linear(x, self.output_packed, None)
-        return F.linear(x, self.output_weight)
+            logits = packed_linear(x, self.output_packed, None)  # (..., V)
+            return logits if bias is None else logits + bias
+        return F.linear(x, self.output_weight, None if bias is None else bias.to(x.dtype))
 
     @property
     def output_weight(self) -> nn.Parameter:

@@ -23,21 +23,33 @@ def token_embedding(vocab_size: int, d_model: int, pad_id: int) -> nn.Embedding:
     return embedding
 
 
-def sinusoid_table(positions: Tensor, d_model: int) -> Tensor:
+SINUSOIDS = ("fairseq", "marian")
+
+
+def sinusoid_table(positions: Tensor, d_model: int, style: str = "fairseq") -> Tensor:
     """Sinusoidal encodings (len, D) of ``positions`` (len,), laid out as [sin | cos] halves.
 
-    The formula of fairseq's ``SinusoidalPositionalEmbedding.get_embedding`` (also Marian and
-    CTranslate2): for i < D/2, ``freq_i = exp(-log(10000) * i / (D/2 - 1))``, column ``i`` holds
-    ``sin(pos * freq_i)`` and column ``D/2 + i`` holds ``cos(pos * freq_i)``; an odd D gets a zero last
-    column. The paper (section 3.5) interleaves sin/cos and divides by D/2 rather than D/2 - 1: the
-    same family of functions with the columns permuted, which a model trained from scratch cannot tell.
+    For i < D/2, column ``i`` holds ``sin(pos * freq_i)`` and column ``D/2 + i`` holds ``cos(pos * freq_i)``;
+    an odd D gets a zero last column. ``style`` picks the frequencies:
+
+    - ``fairseq`` (``SinusoidalPositionalEmbedding.get_embedding``; also CTranslate2 and M2M-100):
+      ``freq_i = exp(-log(10000) * i / (D/2 - 1))``, computed in float32.
+    - ``marian`` (Marian and transformers' ``MarianSinusoidalPositionalEmbedding``): ``freq_i = 10000^(-2i/D)``,
+      the paper's frequencies (section 3.5), computed in float64 and rounded once, as transformers does.
+
+    The paper interleaves sin/cos: the same functions with the columns permuted, which a model trained from
+    scratch cannot tell; an imported model needs its own.
     """
+    if style not in SINUSOIDS:
+        raise ValueError(f"sinusoid must be one of {SINUSOIDS}, got {style!r}")
     half = d_model // 2
-    freq = torch.exp(
-        torch.arange(half, dtype=torch.float32, device=positions.device) * -(math.log(10000.0) / (half - 1))
-    )
-    angles = positions.to(torch.float32)[:, None] * freq[None, :]  # (len, D/2)
-    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # (len, 2 * (D/2))
+    i = torch.arange(half, dtype=torch.float32 if style == "fairseq" else torch.float64, device=positions.device)
+    if style == "fairseq":
+        freq = torch.exp(i * -(math.log(10000.0) / (half - 1)))
+    else:
+        freq = 1.0 / torch.pow(10000.0, 2 * i / d_model)
+    angles = positions.to(freq.dtype)[:, None] * freq[None, :]  # (len, D/2)
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1).to(torch.float32)  # (len, 2 * (D/2))
     if d_model % 2 == 1:
         table = torch.cat([table, table.new_zeros(len(positions), 1)], dim=1)
     return table
@@ -58,10 +70,12 @@ class SinusoidalPositions(nn.Module):
     on the fly, so there is no hard length limit.
     """
 
-    def __init__(self, d_model: int, max_positions: int) -> None:
+    def __init__(self, d_model: int, max_positions: int, style: str = "fairseq") -> None:
         super().__init__()
         self.d_model = d_model
-        self.register_buffer("table", sinusoid_table(torch.arange(max_positions), d_model), persistent=False)
+        self.style = style
+        table = sinusoid_table(torch.arange(max_positions), d_model, style)
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, start: int | Tensor, length: int) -> Tensor:
         """Encodings (T, D) of positions ``start .. start + length - 1``; for a per-row ``start`` (B,),
@@ -72,7 +86,7 @@ class SinusoidalPositions(nn.Module):
         if start + length <= table.size(0):
             return table[start : start + length]
         positions = torch.arange(start, start + length, device=table.device)
-        return sinusoid_table(positions, self.d_model).to(table.dtype)
+        return sinusoid_table(positions, self.d_model, self.style).to(table.dtype)
 
 
 class LearnedPositions(nn.Module):
@@ -98,16 +112,22 @@ class TransformerEmbedding(nn.Module):
 
     The token ``nn.Embedding`` is injected so the encoder, the decoder and the output projection can
     share one matrix (section 3.4, weight tying). ``positions=None``: nothing is added (rotary
-    positions, ``mt.model.rope``, live in the self-attention instead).
+    positions, ``mt.model.rope``, live in the self-attention instead). ``scale=False`` leaves out the
+    sqrt(D) factor (a model imported from a family that has none).
     """
 
     def __init__(
-        self, token: nn.Embedding, positions: SinusoidalPositions | LearnedPositions | None, *, dropout: float
+        self,
+        token: nn.Embedding,
+        positions: SinusoidalPositions | LearnedPositions | None,
+        *,
+        dropout: float,
+        scale: bool = True,
     ) -> None:
         super().__init__()
         self.token = token
         self.positions = positions
-        self.scale = math.sqrt(token.embedding_dim)
+        self.scale = math.sqrt(token.embedding_dim) if scale else 1.0
         self.dropout = Dropout(dropout)
 
     def forward(self, tokens: Tensor, start: int | Tensor = 0) -> Tensor:

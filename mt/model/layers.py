@@ -13,7 +13,7 @@ from mt.model.multihead import MultiHeadAttention
 from mt.model.norms import make_norm
 from mt.model.rope import RotaryEmbedding
 
-ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 GATED = ("swiglu",)
 
 

@@ -238,7 +238,8 @@ class NativeSteps(LayerWeights):
 
     def search_takes(self, decoder: nn.Module, enc: EncoderOut, steps: int) -> bool:
         """Whether the C++ searches run a search of ``steps`` steps at most: float32 on a CPU, in eval mode
-        without autograd, a float32 output projection, position tables covering the steps."""
+        without autograd, a float32 output projection without a logits bias, position tables covering the
+        steps."""
         packed = decoder.output_packed
         table = positions_table(decoder.embedding.positions)
         return (
@@ -247,6 +248,7 @@ class NativeSteps(LayerWeights):
             and not torch.is_grad_enabled()
             and not decoder.training
             and decoder.fast_steps
+            and decoder.logits_bias is None  # the C++ projection has no bias
             and decoder.embedding.token.weight.dtype == torch.float32
             and (packed is None or (isinstance(packed, Tensor) and packed.dtype == torch.float32))
             and (table is None or table.size(0) >= steps)

@@ -97,7 +97,9 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 
     src_token = tgt_token if cfg.share_all_embeddings else token_embedding(src_vocab, cfg.d_model, pad_id)
 
     def embedding(token: nn.Embedding) -> TransformerEmbedding:
-        return TransformerEmbedding(token, absolute_positions(cfg), dropout=cfg.dropout)
+        return TransformerEmbedding(
+            token, absolute_positions(cfg), dropout=cfg.dropout, scale=cfg.scale_embeddings
+        )
 
     rope = RotaryEmbedding(cfg.d_model // cfg.heads, cfg.max_positions) if cfg.positions == "rope" else None
 
@@ -124,7 +126,10 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 
         embedding(src_token), [EncoderLayer(**layer_kwargs) for _ in range(cfg.encoder_layers)], final_norm()
     )
     decoder = Decoder(
-        embedding(tgt_token), [DecoderLayer(**layer_kwargs) for _ in range(cfg.decoder_layers)], final_norm()
+        embedding(tgt_token),
+        [DecoderLayer(**layer_kwargs) for _ in range(cfg.decoder_layers)],
+        final_norm(),
+        logits_bias=cfg.logits_bias,
     )
     return Seq2SeqTransformer(encoder, decoder)
 
@@ -132,7 +137,7 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 
 def absolute_positions(cfg: ModelConfig) -> SinusoidalPositions | LearnedPositions | None:
     """The positional encoding added to the embeddings (None for rotary positions, in the attention)."""
     if cfg.positions == "sinusoidal":
-        return SinusoidalPositions(cfg.d_model, cfg.max_positions)
+        return SinusoidalPositions(cfg.d_model, cfg.max_positions, cfg.sinusoid)
     if cfg.positions == "learned":
         return LearnedPositions(cfg.d_model, cfg.max_positions)
     if cfg.positions == "rope":

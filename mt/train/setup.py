@@ -19,7 +19,7 @@ from torch.fx.experimental import _config as shape_config
 from torch.nn.parallel import DistributedDataParallel
 
 from mt.allocator import keep_freed_memory
-from mt.config import Config
+from mt.config import Config, ConfigError
 from mt.data import PAD_ID, PreparedData, TokenBatchSampler, Tokenizers, prepare_data
 from mt.data.languages import data_pairs
 from mt.data.pair_sampling import PairResampler
@@ -67,6 +67,9 @@ def build_components(cfg: Config) -> Components:
     if tc.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         logger.warning("train.precision=bf16 on a CPU without AVX512-BF16 or AMX: bf16 matmuls are emulated "
                        "there and can be slower than fp32; give train.precision=fp32 if tokens/s drop")
+    if cfg.model.logits_bias:  # the chunked loss (mt.train.loss) projects without it
+        raise ConfigError(["model.logits_bias=true: training does not cover a fixed output bias yet; a model "
+                           "imported with one translates, serves and exports, but cannot be trained further"])
     data = prepare_data_once(cfg, dist)
     if not data.tokenizers.joint and cfg.model.share_all_embeddings:
         logger.info("separate vocabularies: tying only the decoder's input and output embeddings")

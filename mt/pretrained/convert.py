@@ -1,0 +1,97 @@
+"""``import_hf``: a Hugging Face model directory in, an mt checkpoint out (checked by loading it back)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor
+
+from mt.checkpoint import save_checkpoint, tokenizers_state
+from mt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig, to_dict, validate
+from mt.data import Tokenizers
+from mt.model import Seq2SeqTransformer, build_model
+from mt.pretrained.files import HFDirectory, PretrainedError
+from mt.pretrained.marian import import_marian
+
+ARCHITECTURES = {"marian": "MarianMTModel"}  # config.json model_type -> what is imported
+OPUS_MT_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What ``import_hf`` wrote: the checkpoint, the family, the config it runs with, its size."""
+
+    out: Path
+    architecture: str
+    cfg: Config
+    parameters: int
+
+
+def languages(directory: HFDirectory, source: str | None, target: str | None) -> tuple[str, str]:
+    """The language pair: given, else ``tokenizer_config.json``'s ``source_lang`` / ``target_lang``, else an
+    OPUS-MT directory name (``opus-mt-en-de``)."""
+    tokenizer_config = directory.json("tokenizer_config.json")
+    named = OPUS_MT_NAME.search(directory.path.resolve().name)
+    source = source or tokenizer_config.get("source_lang") or (named and named.group(1))
+    target = target or tokenizer_config.get("target_lang") or (named and named.group(2))
+    if not source or not target:
+        missing = " and ".join(flag for flag, v in (("--source-lang", source), ("--target-lang", target)) if not v)
+        raise PretrainedError(f"{directory.path} does not say which languages it translates; give {missing}")
+    return source, target
+
+
+def decode_config(directory: HFDirectory) -> DecodeConfig:
+    """mt's search defaults with ``generation_config.json``'s beam size and length penalty (|Y|^alpha)."""
+    generation = directory.json("generation_config.json") or directory.config
+    beams = int(generation.get("num_beams", 4) or 1)
+    alpha = float(generation.get("length_penalty", 1.0))
+    return DecodeConfig(strategy="beam" if beams > 1 else "greedy", beam_size=max(beams, 1),
+                        length_penalty="length", alpha=alpha)
+
+
+def import_hf(path: str | Path, out: str | Path, *, source_lang: str | None = None,
+              target_lang: str | None = None, force: bool = False) -> ImportReport:
+    """Write the mt checkpoint of the Hugging Face model directory ``path`` to ``out``."""
+    directory, out = HFDirectory.open(path), Path(out)
+    if out.exists() and not force:
+        raise PretrainedError(f"{out} already exists; pass --force to replace it")
+    model_type = directory.config.get("model_type")
+    if model_type not in ARCHITECTURES:
+        known = ", ".join(f"{v} ({k})" for k, v in ARCHITECTURES.items())
+        raise PretrainedError(f"{directory.path / 'config.json'}: model_type={model_type!r}; mt imports {known}")
+    model, state, tokenizers = import_marian(directory)
+    src_lang, tgt_lang = languages(directory, source_lang, target_lang)
+    cfg = validate(Config(
+        name=out.stem,
+        data=DataConfig(source="files", src_lang=src_lang, tgt_lang=tgt_lang, joint_vocab=False,
+                        max_len=model.max_positions - 1),
+        model=model,
+        train=TrainConfig(run_dir=str(Path("runs") / out.stem)),
+        decode=decode_config(directory),
+    ))
+    net = built(model, state, tokenizers)
+    save_checkpoint(out, {
+        "model": net.state_dict(), "config": to_dict(cfg), "tokenizers": tokenizers_state(tokenizers),
+        "imported_from": {"architecture": ARCHITECTURES[model_type], "directory": directory.path.name},
+    })
+    return ImportReport(out, ARCHITECTURES[model_type], cfg, sum(p.numel() for p in net.parameters()))
+
+
+def built(model: ModelConfig, state: dict[str, Tensor], tokenizers: Tokenizers) -> Seq2SeqTransformer:
+    """mt's model of ``model`` holding ``state``: every weight it has is given, and nothing else."""
+    net = build_model(model, tokenizers.src.padded_vocab_size, tokenizers.tgt.padded_vocab_size)
+    missing, unexpected = net.load_state_dict(state, strict=False)
+    tied = {"encoder.embedding.token.weight"} if model.share_all_embeddings else set()
+    if unexpected or set(missing) - tied:
+        raise AssertionError(f"imported weights do not fit: missing {missing}, unexpected {unexpected}")
+    return net
+
+
+def model_summary(model: ModelConfig) -> str:
+    """One line on the imported architecture's options."""
+    return (f"{model.encoder_layers}+{model.decoder_layers} layers, d_model {model.d_model}, "
+            f"{model.heads} heads, FFN {model.d_ff} {model.activation}, positions {model.positions}"
+            + (f" ({model.sinusoid})" if model.positions == "sinusoidal" else "")
+            + (", logits bias" if model.logits_bias else ""))

@@ -1,0 +1,125 @@
+"""Tiny Hugging Face models built offline (random weights, the real classes and configs, ``save_pretrained``),
+with SentencePiece models trained on Multi30k captions as their tokenizers: what ``mt-import`` is tested on.
+
+The vocabularies are laid out as the families lay theirs out (Marian: ``</s>`` 0, ``<unk>`` 1, the pieces of
+both SentencePiece models, ``<pad>`` last), so mt's reordering of the ids is exercised, not skipped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+
+import sentencepiece as spm
+import torch
+import transformers
+
+
+def captions(multi30k: Path, lang: str, n: int = 2000) -> list[str]:
+    with gzip.open(multi30k / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(n)]
+
+
+def marian_spm(lines: list[str], vocab_size: int) -> bytes:
+    """A SentencePiece model as OPUS-MT's are trained: unigram, ``nmt_nfkc``, ``<unk> <s> </s>`` first."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, model_type="unigram", vocab_size=vocab_size,
+        character_coverage=1.0, minloglevel=2, num_threads=1, seed_sentencepiece_size=10000,
+    )
+    return model.getvalue()
+
+
+def spm_pieces(proto: bytes) -> list[str]:
+    sp = spm.SentencePieceProcessor(model_proto=proto)
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_control(i) and not sp.is_unknown(i)]
+
+
+def marian_directory(out: Path, multi30k: Path, *, separate_vocabs: bool = False, activation: str = "swish",
+                     d_model: int = 32, layers: int = 2, extra_rows: int = 0, seed: int = 0) -> Path:
+    """A random ``MarianMTModel`` en-de saved with its ``MarianTokenizer`` at ``out``. Its random
+    ``final_logits_bias`` favours ``</s>`` (+6), so that outputs end on their own at various lengths: at a
+    length limit transformers gives the forced ``</s>`` probability 1, mt (as fairseq) the model's."""
+    source, target = marian_spm(captions(multi30k, "en"), 300), marian_spm(captions(multi30k, "de"), 320)
+    out.mkdir(parents=True)
+    (out / "source.spm").write_bytes(source)
+    (out / "target.spm").write_bytes(target)
+
+    def vocab(*protos: bytes) -> dict[str, int]:
+        pieces = ["</s>", "<unk>", "<pad>"] if separate_vocabs else ["</s>", "<unk>"]  # <pad>: one id on both sides
+        for proto in protos:
+            pieces += [p for p in spm_pieces(proto) if p not in pieces]
+        return {p: i for i, p in enumerate(pieces if separate_vocabs else [*pieces, "<pad>"])}
+
+    src_vocab = vocab(source) if separate_vocabs else vocab(source, target)
+    tgt_vocab = vocab(target) if separate_vocabs else src_vocab
+    (out / "vocab.json").write_text(json.dumps(src_vocab), encoding="utf-8")
+    if separate_vocabs:
+        (out / "target_vocab.json").write_text(json.dumps(tgt_vocab), encoding="utf-8")
+    tokenizer = transformers.MarianTokenizer(
+        source_spm=str(out / "source.spm"), target_spm=str(out / "target.spm"), vocab=str(out / "vocab.json"),
+        target_vocab_file=str(out / "target_vocab.json") if separate_vocabs else None,
+        separate_vocabs=separate_vocabs, source_lang="en", target_lang="de",
+    )
+    pad = src_vocab["<pad>"]
+    config = transformers.MarianConfig(
+        vocab_size=len(src_vocab) + extra_rows,
+        decoder_vocab_size=len(tgt_vocab) + extra_rows,
+        share_encoder_decoder_embeddings=not separate_vocabs,
+        d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model, activation_function=activation, max_position_embeddings=128,
+        scale_embedding=True, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+        forced_eos_token_id=0, dropout=0.0,
+    )
+    torch.manual_seed(seed)
+    model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():  # transformers' own init is small (std 0.02): wider weights give peaked distributions
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed_positions" not in name:
+                p.normal_(0.0, 0.3)
+        model.final_logits_bias.normal_(0.0, 1.0)
+        model.final_logits_bias[0, config.eos_token_id] += 6.0
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def marian_layout(exported: Path, out: Path, seed: int = 0) -> Path:
+    """mt's own ``mt-export --to hf`` directory (a trained model: its outputs end on their own) laid out as
+    OPUS-MT's are: ``</s>`` 0, ``<unk>`` 1, the pieces, then ``<pad>``, which decoding starts from (mt's ``<s>``
+    row), and the embedding's rows past the vocabulary; a random ``final_logits_bias``. mt's own ``<pad>`` row
+    is dropped, so the model scores one row fewer than mt's and must be reordered, masked and biased to import."""
+    from safetensors.torch import load_file, save_file
+
+    vocab = json.loads((exported / "vocab.json").read_text(encoding="utf-8"))
+    pieces = sorted(vocab, key=vocab.__getitem__)  # mt's order: <pad> <unk> <s> </s> ...
+    rows = json.loads((exported / "config.json").read_text())["vocab_size"]
+    order = [3, 1, *range(4, len(pieces)), 2, *range(len(pieces), rows)]  # new row i = old row order[i]
+    new_pieces = ["</s>", "<unk>", *pieces[4:], "<pad>"]
+    out.mkdir(parents=True)
+    for name in ("source.spm", "target.spm"):
+        (out / name).write_bytes((exported / name).read_bytes())
+    (out / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(new_pieces)}), encoding="utf-8")
+    pad = len(new_pieces) - 1
+    config = transformers.MarianConfig.from_pretrained(exported)
+    config.update(dict(vocab_size=len(order), decoder_vocab_size=len(order), pad_token_id=pad, eos_token_id=0,
+                       decoder_start_token_id=pad, forced_eos_token_id=0, bos_token_id=None))
+    weights = load_file(exported / "model.safetensors")
+    index = torch.tensor(order)
+    torch.manual_seed(seed)
+    state = {k: v[index] if k in ("model.shared.weight", "lm_head.weight") or "embed_tokens" in k else v
+             for k, v in transformers.MarianMTModel.from_pretrained(exported).state_dict().items()}
+    state["final_logits_bias"] = torch.randn(1, len(order)) * 0.1
+    model = transformers.MarianMTModel(config)
+    model.load_state_dict(state, strict=True)
+    model.save_pretrained(out)
+    saved = load_file(out / "model.safetensors")
+    for key in ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"):
+        saved[key] = weights[key]  # mt's (fairseq's) table: transformers' own save leaves it out
+    save_file(saved, out / "model.safetensors", metadata={"format": "pt"})
+    transformers.MarianTokenizer(source_spm=str(out / "source.spm"), target_spm=str(out / "target.spm"),
+                                 vocab=str(out / "vocab.json"), source_lang="en", target_lang="de").save_pretrained(out)
+    return out

@@ -221,7 +221,7 @@ def load_for_inference(
     ``precision="bf16"``, bfloat16 products (then ``bf16_supported()`` must hold), with ``"int8"`` int8
     weights (``int8_supported()``); and, with ``native``, the encoder's layers and the decoder's cached steps
     in C++ where the C++ code covers the model (``mt.model.native``: a float32 model whose linears stay
-    unpacked, none of qk-norm, grouped-query attention, SwiGLU or GELU)."""
+    unpacked, with ReLU, SiLU or GELU and none of qk-norm, grouped-query attention or SwiGLU)."""
     from mt.config import to_config
     from mt.model import build_model, pack_linears_
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import shutil
+from collections import Counter
 
 import pytest
 import torch
 from export_helpers import demo_model, demo_sources, untrained_checkpoint
 from helpers import decode_beam_store
+from torch import Tensor
 
 from mt.checkpoint import load_for_inference
 from mt.config import DecodeConfig, ModelConfig
@@ -28,12 +30,12 @@ from mt.model.native import NativeSteps, load_native, unsupported
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler to build the C++ step")
 
 COVERED = [{}, {"pre_ln": True}, {"pre_ln": True, "norm": "rmsnorm"}, {"norm": "rmsnorm", "positions": "learned"},
+           {"activation": "silu"}, {"pre_ln": True, "activation": "gelu"},
            {"pre_ln": True, "positions": "rope"}]  # the last: the multi30k_en_de preset's options
 NOT_COVERED = [
     ({"qk_norm": True}, "qk-norm"),
     ({"kv_heads": 2}, "grouped-query attention"),
-    ({"activation": "swiglu"}, "an activation other than ReLU"),
-    ({"activation": "gelu"}, "an activation other than ReLU"),
+    ({"activation": "swiglu"}, "SwiGLU"),
 ]
 
 
@@ -58,6 +60,36 @@ def test_options_the_cpp_step_does_not_cover_are_named_and_left_to_python(option
     assert model.decoder.native is None
 
 
+def test_a_tanh_gelu_is_named_and_left_to_python() -> None:
+    model = random_model(activation="gelu")
+    for stack in (model.encoder, model.decoder):
+        for layer in stack.layers:
+            layer.ffn.activation = torch.nn.GELU(approximate="tanh")
+        assert "an activation other than ReLU, SiLU or GELU" in stack.use_native()
+        assert stack.native is None
+
+
+@torch.inference_mode()
+def test_opus_mt_options_silu_and_a_logits_bias_run_every_step_in_cpp(native) -> None:
+    """SiLU (OPUS-MT's swish) and a logits bias: nothing left to Python, both C++ searches take the model."""
+    model = random_model(activation="silu", logits_bias=True)
+    assert unsupported(model.encoder) is None and unsupported(model.decoder) is None
+    assert model.encoder.use_native() is None and model.decoder.use_native() is None
+    src = torch.randint(4, 64, (2, 5))
+    enc = model.encode(src, torch.zeros_like(src, dtype=torch.bool))
+    assert model.native_greedy(enc, [5, 5], [0, 0], None, (0, 2, 3), True) is not None
+    assert model.native_beam(enc, [5, 5], [0, 0], None, (0, 2, 3), 2, 1, 0, 0.0, 0) is not None
+
+
+def fed_logits(model, native, use: bool, src: Tensor, pad: Tensor, steps: int = 40) -> Tensor:
+    """The logits (B, steps, V) of ``steps`` cached steps fed the same random tokens, with the C++ step (``use``)
+    or the Python one."""
+    tokens = torch.randint(4, 64, (steps, src.size(0), 1), generator=torch.Generator().manual_seed(1))
+    model.decoder.native = NativeSteps(model.decoder, native) if use else None
+    enc, cache = model.encode(src, pad), model.new_cache()
+    return torch.cat([model.decode(tokens[t], enc, cache) for t in range(steps)], dim=1)
+
+
 @pytest.mark.parametrize("options", COVERED, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "paper")
 @torch.inference_mode()
 def test_cpp_step_decodes_like_the_python_step(native, options: dict) -> None:
@@ -67,14 +99,28 @@ def test_cpp_step_decodes_like_the_python_step(native, options: dict) -> None:
     src = torch.randint(4, 64, (3, 9))
     pad = torch.zeros_like(src, dtype=torch.bool)
     pad[1, 6:] = True
-    tokens = torch.randint(4, 64, (40, 3, 1), generator=torch.Generator().manual_seed(1))
-    logits = {}
-    for use in (False, True):
-        model.decoder.native = NativeSteps(model.decoder, native) if use else None
-        enc, cache = model.encode(src, pad), model.new_cache()
-        logits[use] = torch.cat([model.decode(tokens[t], enc, cache) for t in range(40)], dim=1)  # (3, 40, V)
+    logits = {use: fed_logits(model, native, use, src, pad) for use in (False, True)}  # (3, 40, V) each
     assert torch.allclose(logits[True], logits[False], atol=1e-4, rtol=0)
     assert torch.equal(logits[True].argmax(-1), logits[False].argmax(-1))
+
+
+@pytest.mark.parametrize("activation", ["silu", "gelu"])
+@torch.inference_mode()
+def test_cpp_activations_match_torch_far_from_zero(native, activation: str) -> None:
+    """fc1's weights x 20, so that the activations see inputs of +-30 and more (exp's underflow, erf near +-1):
+    the C++ encoder and decoder steps within float32 rounding of the Python layers."""
+    model = random_model(activation=activation)
+    for layer in (*model.encoder.layers, *model.decoder.layers):
+        layer.ffn.fc1.weight.mul_(20)
+    src = torch.randint(4, 64, (3, 9))
+    pad = torch.zeros_like(src, dtype=torch.bool)
+    pad[1, 6:] = True
+    plain = model.encode(src, pad).out  # (3, 9, D), normalised (Post-LN)
+    assert model.encoder.layers[-1].ffn.fc1(plain).abs().max() > 30
+    logits = {use: fed_logits(model, native, use, src, pad, steps=8) for use in (False, True)}
+    assert model.encoder.use_native() is None
+    assert torch.allclose(model.encode(src, pad).out, plain, atol=1e-5, rtol=0)
+    assert torch.allclose(logits[True], logits[False], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("options", [COVERED[0], COVERED[-1]], ids=["paper", "pre_ln,rope"])
@@ -166,8 +212,8 @@ def beam_outputs(model, src, pad, native: bool, limits: dict, settings: tuple) -
 
 @pytest.mark.parametrize("settings", BEAM_SETTINGS.values(), ids=BEAM_SETTINGS.keys())
 @pytest.mark.parametrize("limits", GREEDY_LIMITS.values(), ids=GREEDY_LIMITS.keys())
-@pytest.mark.parametrize("options", [COVERED[0], COVERED[2], COVERED[-1]],
-                         ids=["paper", "pre_ln,rmsnorm", "pre_ln,rope"])
+@pytest.mark.parametrize("options", [COVERED[0], COVERED[2], COVERED[4], COVERED[-1]],
+                         ids=["paper", "pre_ln,rmsnorm", "silu", "pre_ln,rope"])
 @torch.inference_mode()
 def test_cpp_beam_loop_decodes_like_the_python_loop(native, options: dict, limits: dict, settings: tuple) -> None:
     """A batch of 4 sentences decoded whole by the C++ beam loop and by mt.decode.beam's Python loop over the C++
@@ -185,6 +231,56 @@ def test_cpp_beam_loop_decodes_like_the_python_loop(native, options: dict, limit
         assert len(nbest) == settings[1]
         # float32 rounding of log-probs summed over up to 30 steps (random models: scores of -100 and below)
         assert [score for _, score in nbest] == pytest.approx([score for _, score in reference], rel=1e-6, abs=1e-5)
+
+
+def fill_logits_bias(model, src, pad, limits: dict) -> set[int]:
+    """Random values in ``model``'s logits bias (V,), then -inf at three ids: the first token greedy search
+    picks for sentence 0 with those values (an argmax the bias takes away), the token it picks most, and 9."""
+    bias = model.decoder.logits_bias
+    bias.copy_(torch.randn(bias.shape, generator=torch.Generator().manual_seed(7)))
+    picked = [tokens for tokens, _ in greedy_outputs(model, src, pad, True, native=False, limits=limits)]
+    banned = {picked[0][0], Counter(t for tokens in picked for t in tokens).most_common(1)[0][0], 9}
+    bias[sorted(banned)] = -math.inf
+    return banned
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+@pytest.mark.parametrize("options", [{}, {"activation": "silu", "pre_ln": True}], ids=["paper", "silu,pre_ln"])
+@torch.inference_mode()
+def test_cpp_searches_decode_with_a_logits_bias_like_python(native, options: dict, packed: bool) -> None:
+    """A logits bias with -inf entries, one of them an argmax without it: the C++ greedy and beam searches and the
+    Python loops over the C++ step and over the Python step give the same tokens, never an id the bias makes
+    -inf, and scores within float32 rounding (finite: the -inf ids take no probability)."""
+    model = random_model(seed=3, logits_bias=True, **options)
+    src = torch.randint(4, 64, (4, 10), generator=torch.Generator().manual_seed(2))
+    pad = torch.zeros_like(src, dtype=torch.bool)
+    pad[1, 7:], pad[3, 4:] = True, True
+    limits = GREEDY_LIMITS["min_len"]
+    banned = fill_logits_bias(model, src, pad, limits)
+    if packed:
+        model.decoder.pack_output()
+    found = {}
+    for path in ("C++ search", "C++ step", "Python step"):
+        model.decoder.native = NativeSteps(model.decoder, native) if path != "Python step" else None
+        search = path == "C++ search"
+        if search:
+            enc = model.encode(src, pad)
+            assert model.native_greedy(enc, limits["max_len"], limits["min_len"], None, (0, 2, 3), True) is not None
+            assert model.native_beam(enc, limits["max_len"], limits["min_len"], None, (0, 2, 3), 4, 1, 1, 0.6,
+                                     1) is not None
+        greedy = [[output] for output in greedy_outputs(model, src, pad, True, native=search, limits=limits)]
+        bare = [[output] for output in greedy_outputs(model, src, pad, False, native=search, limits=limits)]
+        beams = [beam_outputs(model, src, pad, search, limits, BEAM_SETTINGS[name])
+                 for name in ("gnmt,topk_eos", "length,exact,nbest3")]
+        found[path] = [greedy, bare, *beams]  # per search: per sentence, its (tokens, score) hypotheses
+    tokens = {path: [t for out in outs for hyps in out for t, _ in hyps] for path, outs in found.items()}
+    scores = {path: [s for out in outs for hyps in out for _, s in hyps] for path, outs in found.items()}
+    assert tokens["C++ search"] == tokens["C++ step"] == tokens["Python step"]
+    assert not banned & {t for hyp in tokens["C++ search"] for t in hyp}
+    assert sum(math.isnan(s) for s in scores["C++ search"]) == len(src)  # greedy without scores; the rest finite
+    assert all(math.isfinite(s) for s in scores["C++ search"] if not math.isnan(s))
+    assert scores["C++ search"] == pytest.approx(scores["C++ step"], rel=1e-6, abs=1e-5, nan_ok=True)
+    assert scores["C++ search"] == pytest.approx(scores["Python step"], rel=1e-4, abs=1e-4, nan_ok=True)
 
 
 def test_cpp_greedy_loop_leaves_what_it_does_not_take_to_python(native) -> None:

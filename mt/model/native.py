@@ -32,6 +32,7 @@ HEADER = Path(__file__).with_name("native.h")
 DECODER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "cross_attn.q", "cross_attn.out",
                  "cross_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
 ENCODER_PARTS = ("self_attn.qkv", "self_attn.out", "self_attn_res.norm", "ffn.fc1", "ffn.fc2", "ffn_res.norm")
+ACTIVATION_CODES = {nn.ReLU: 0, nn.SiLU: 1, nn.GELU: 2}  # the C++ code's (``Activation`` in native_step.cpp)
 
 
 def parts_of(stack: nn.Module) -> tuple[str, ...]:
@@ -39,15 +40,26 @@ def parts_of(stack: nn.Module) -> tuple[str, ...]:
     return DECODER_PARTS if hasattr(stack.layers[0], "cross_attn") else ENCODER_PARTS
 
 
+def activation_code(ffn: nn.Module) -> int | None:
+    """The C++ code's number for a ``FeedForward``'s activation: ReLU 0, SiLU 1, GELU (erf form) 2; None for
+    those it does not cover (SwiGLU's gate, GELU's tanh approximation)."""
+    if ffn.gate is not None or getattr(ffn.activation, "approximate", "none") != "none":
+        return None
+    return ACTIVATION_CODES.get(type(ffn.activation))
+
+
 def unsupported(stack: nn.Module) -> str | None:
     """What of ``stack`` (an ``mt.model`` ``Encoder`` or ``Decoder``) the C++ code does not cover (None: it
-    covers it)."""
+    covers it). It covers float32 unpacked linears, fused QKV attention (no grouped-query attention) without
+    qk-norm, a ReLU, SiLU or GELU (erf form) feed-forward, LayerNorm or RMSNorm, Post-LN or Pre-LN, any
+    positions; the C++ searches add the decoder's logits bias (if any) too."""
     layer = stack.layers[0]
     attn = layer.self_attn
     checks = {
         "qk-norm": attn.q_norm is not None,
         "grouped-query attention": not attn.fused,
-        "an activation other than ReLU": type(layer.ffn.activation) is not nn.ReLU or layer.ffn.gate is not None,
+        "SwiGLU": layer.ffn.gate is not None,
+        "an activation other than ReLU, SiLU or GELU": layer.ffn.gate is None and activation_code(layer.ffn) is None,
     }
     if attn.fused:  # the parts the C++ code reads exist
         linears = [layer.get_submodule(name) for name in parts_of(stack) if not name.endswith("norm")]
@@ -76,6 +88,7 @@ class LayerWeights:
         self.heads = first.self_attn.heads
         self.pre_ln = first.self_attn_res.pre_ln
         self.eps = float(first.self_attn_res.norm.eps)
+        self.activation = activation_code(first.ffn)  # the feed-forward's (ACTIVATION_CODES)
         rope = first.self_attn.rope  # its cos / sin tables (P, Dh / 2): the Python step's values
         self.rope: tuple[Tensor | None, Tensor | None] = (rope.cos, rope.sin) if rope is not None else (None, None)
 
@@ -141,7 +154,7 @@ class NativeEncoder(LayerWeights):
         """x (B, S, D) embedded; src_pad_mask (B, S), True = padding -> (B, S, D), before any final norm."""
         bias = additive_mask(src_pad_mask, torch.float32)  # (B, S)
         return self.native.encoder_layers(x.contiguous(), self.weights, bias, self.heads, self.pre_ln, self.eps,
-                                          *self.rope)
+                                          self.activation, *self.rope)
 
 
 class NativeSteps(LayerWeights):
@@ -181,7 +194,7 @@ class NativeSteps(LayerWeights):
         out = self.native.decoder_step(
             x.contiguous(), self.weights, [b.keys for b in buffers], [b.values for b in buffers], at, first.group,
             [s.kv.cross_k for s in steps], [s.kv.cross_v for s in steps], first.source_mask, self.heads,
-            self.pre_ln, self.eps, *self.rope, first.slots if first.group > 1 else None,
+            self.pre_ln, self.eps, self.activation, *self.rope, first.slots if first.group > 1 else None,
         )
         for buffer in buffers:
             buffer.length = extent
@@ -223,9 +236,10 @@ class NativeSteps(LayerWeights):
         """The decoder's part of the C++ searches' arguments (``MT_DECODER_ARGS`` in ``native.h``)."""
         embedding, packed = decoder.embedding, decoder.output_packed is not None
         return (
-            self.weights, self.heads, self.pre_ln, self.eps, *self.rope, embedding.token.weight.detach(),
-            embedding.scale, positions_table(embedding.positions), *norm_parameters(decoder.final_norm),
-            decoder.output_packed if packed else decoder.output_weight.detach(), packed,
+            self.weights, self.heads, self.pre_ln, self.eps, self.activation, *self.rope,
+            embedding.token.weight.detach(), embedding.scale, positions_table(embedding.positions),
+            *norm_parameters(decoder.final_norm), decoder.output_packed if packed else decoder.output_weight.detach(),
+            packed, decoder.logits_bias,
         )
 
     @staticmethod
@@ -238,9 +252,9 @@ class NativeSteps(LayerWeights):
 
     def search_takes(self, decoder: nn.Module, enc: EncoderOut, steps: int) -> bool:
         """Whether the C++ searches run a search of ``steps`` steps at most: float32 on a CPU, in eval mode
-        without autograd, a float32 output projection without a logits bias, position tables covering the
+        without autograd, a float32 output projection and logits bias (if any), position tables covering the
         steps."""
-        packed = decoder.output_packed
+        packed, bias = decoder.output_packed, decoder.logits_bias
         table = positions_table(decoder.embedding.positions)
         return (
             enc.out.dtype == torch.float32
@@ -248,7 +262,7 @@ class NativeSteps(LayerWeights):
             and not torch.is_grad_enabled()
             and not decoder.training
             and decoder.fast_steps
-            and decoder.logits_bias is None  # the C++ projection has no bias
+            and (bias is None or bias.dtype == torch.float32)
             and decoder.embedding.token.weight.dtype == torch.float32
             and (packed is None or (isinstance(packed, Tensor) and packed.dtype == torch.float32))
             and (table is None or table.size(0) >= steps)

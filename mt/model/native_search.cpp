@@ -1,15 +1,15 @@
 // mt.model.native: greedy and beam search of a batch with every step in C++ (one call a batch, no Python a step).
 //
 // The loops of mt.decode.greedy and mt.decode.beam for a batch decoded whole (no refill): each step embeds the rows'
-// last tokens, runs every decoder layer (decoder_step), the final norm and the output projection (the same ATen and
-// oneDNN calls as the Python path, so the logits are the same), bans PAD, BOS and the ids past the tokenizer's
-// vocabulary, forces EOS at a sentence's length limit and bans it before its minimum. Greedy search takes each row's
-// first largest entry (of the logits, or with scores of the log-probs); beam search keeps each sentence's best 2K
-// candidates, finishes its EOS ones among the top K, continues the best K others and stops a sentence by the rules
-// of mt.decode.stopping. Sentences that are done leave: the last ones move into their places (move_rows,
-// mt.decode.common.fill_from_the_end), so the batch shrinks without copying its cache. Beam search keeps a
-// sentence's K beams in K slots of one cache row (mt.model.beam_cache): a beam reads its ancestors' slots through
-// the self-attention mask, so beams that swap or repeat move no keys.
+// last tokens, runs every decoder layer (decoder_step), the final norm and the output projection with any logits bias
+// (the same ATen and oneDNN calls as the Python path, so the logits are the same; a -inf bias entry is a token never
+// produced), bans PAD, BOS and the ids past the tokenizer's vocabulary, forces EOS at a sentence's length limit and
+// bans it before its minimum. Greedy search takes each row's first largest entry (of the logits, or with scores of the
+// log-probs); beam search keeps each sentence's best 2K candidates, finishes its EOS ones among the top K, continues
+// the best K others and stops a sentence by the rules of mt.decode.stopping. Sentences that are done leave: the last
+// ones move into their places (move_rows, mt.decode.common.fill_from_the_end), so the batch shrinks without copying its
+// cache. Beam search keeps a sentence's K beams in K slots of one cache row (mt.model.beam_cache): a beam reads its
+// ancestors' slots through the self-attention mask, so beams that swap or repeat move no keys.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -64,6 +64,7 @@ struct Decoder {
   int64_t heads;
   bool pre_ln;
   double eps;
+  int64_t activation;
   const c10::optional<Tensor>& rope_cos;
   const c10::optional<Tensor>& rope_sin;
   const Tensor& embedding;
@@ -74,6 +75,7 @@ struct Decoder {
   double norm_eps;
   const Tensor& output;
   bool packed;
+  const c10::optional<Tensor>& logits_bias;  // (V,), added to the logits; none: no bias
 
   int64_t d() const { return embedding.size(1); }
 
@@ -82,19 +84,25 @@ struct Decoder {
     TORCH_CHECK(!positions.has_value() || (positions->scalar_type() == at::kFloat && positions->is_contiguous() &&
                                            positions->size(1) == d() && positions->size(0) >= steps),
                 "positions: contiguous float32 (P, D) covering the longest output");
+    TORCH_CHECK(!logits_bias.has_value() ||
+                    (logits_bias->scalar_type() == at::kFloat && logits_bias->is_contiguous() &&
+                     logits_bias->dim() == 1 && logits_bias->size(0) == embedding.size(0)),
+                "logits_bias: contiguous float32 (V,)");
   }
 
   // The output projection as Decoder.project makes it: h (n, 1, D) -> logits (n, V). A packed weight runs
-  // mt.model.packed_linear.packed_linear's oneDNN call (rows padded with zeros), a plain one F.linear.
+  // mt.model.packed_linear.packed_linear's oneDNN call (rows padded with zeros), then adds any logits bias; a plain
+  // one F.linear with the bias.
   Tensor project(const Tensor& h) const {
-    if (!packed) return at::linear(h, output).view({h.size(0), -1});
+    if (!packed) return at::linear(h, output, logits_bias).view({h.size(0), -1});
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
     const int64_t rows = h.size(0), padding = padded_rows(rows) - rows;
     const Tensor x = padding ? at::constant_pad_nd(h.view({rows, -1}), {0, 0, 0, padding}, 0) : h;
     std::vector<c10::IValue> stack{x, output, c10::IValue(), std::string("none"),
                                    c10::List<c10::optional<at::Scalar>>(), std::string("")};
     op.callBoxed(&stack);
-    return stack.at(0).toTensor().view({rows + padding, -1}).narrow(0, 0, rows);
+    const Tensor logits = stack.at(0).toTensor().view({rows + padding, -1}).narrow(0, 0, rows);
+    return logits_bias.has_value() ? logits + *logits_bias : logits;
   }
 
   // Logits (N, V) of one step at `step` of N = cache rows x group rows fed `tokens`; the caches as decoder_step
@@ -107,7 +115,7 @@ struct Decoder {
     embed(embedding.data_ptr<float>(), positions.has_value() ? positions->data_ptr<float>() : nullptr, tokens, rows,
           step, scale, d(), x.data_ptr<float>());
     Tensor h = decoder_step(x, w, self_k, self_v, at::full({rows / group}, step, at::kLong), group, cross_k, cross_v,
-                            source_mask, heads, pre_ln, eps, rope_cos, rope_sin, slots);  // (N, 1, D)
+                            source_mask, heads, pre_ln, eps, activation, rope_cos, rope_sin, slots);  // (N, 1, D)
     if (norm_gain.has_value())
       h = norm_shift.has_value() ? at::layer_norm(h, {d()}, norm_gain, norm_shift, norm_eps)
                                  : at::rms_norm(h, {d()}, norm_gain, norm_eps);
@@ -245,21 +253,21 @@ void top_k(const float* c, int64_t v, int64_t k, float* values, int64_t* ids) {
 
 }  // namespace
 
-// Greedy search of a batch of N sentences. The decoder: w, heads, pre_ln, eps, rope_cos / rope_sin as decoder_step
-// takes them; embedding (V, D) and its scale, positions (P, D) added to it (none: rotary positions); the final
-// norm's gain and shift (none: Post-LN; no shift: RMSNorm) and eps; output: the projection, a packed oneDNN
-// float32 weight or the (V, D) matrix. cross_k / cross_v: each layer's source keys and values (N, H, S, Dh),
-// contiguous, and source_mask (N, 1, 1, S) additive, contiguous: the call overwrites them. max_len / min_len (N,)
-// int64: pieces at most, and before EOS is allowed; vocab_size: ids at or past it are never produced (-1: none);
-// special: the PAD, BOS and EOS ids; scores: pick from the log-probs and sum them (else from the logits).
-// -> tokens (N, max(max_len) + 1) int64, each row's pieces then PAD; lengths (N,) int64 (pieces, EOS excluded);
-// logprob (N,) float32 (0 without scores).
+// Greedy search of a batch of N sentences. The decoder: w, heads, pre_ln, eps, activation, rope_cos / rope_sin as
+// decoder_step takes them; embedding (V, D) and its scale, positions (P, D) added to it (none: rotary positions); the
+// final norm's gain and shift (none: Post-LN; no shift: RMSNorm) and eps; output: the projection, a packed oneDNN
+// float32 weight or the (V, D) matrix; logits_bias (V,) added to its logits (none: no bias; -inf: never produced).
+// cross_k / cross_v: each layer's source keys and values (N, H, S, Dh), contiguous, and source_mask (N, 1, 1, S)
+// additive, contiguous: the call overwrites them. max_len / min_len (N,) int64: pieces at most, and before EOS is
+// allowed; vocab_size: ids at or past it are never produced (-1: none); special: the PAD, BOS and EOS ids; scores: pick
+// from the log-probs and sum them (else from the logits). -> tokens (N, max(max_len) + 1) int64, each row's pieces then
+// PAD; lengths (N,) int64 (pieces, EOS excluded); logprob (N,) float32 (0 without scores).
 std::vector<Tensor> greedy_decode(MT_DECODER_ARGS, const std::vector<Tensor>& cross_k,
                                   const std::vector<Tensor>& cross_v, const Tensor& source_mask,
                                   const std::vector<int64_t>& max_len, const std::vector<int64_t>& min_len,
                                   int64_t vocab_size, const std::vector<int64_t>& special, bool scores) {
-  const Decoder dec{w, heads, pre_ln, eps, rope_cos, rope_sin, embedding, static_cast<float>(scale),
-                    positions, norm_gain, norm_shift, norm_eps, output, packed};
+  const Decoder dec{w, heads, pre_ln, eps, activation, rope_cos, rope_sin, embedding, static_cast<float>(scale),
+                    positions, norm_gain, norm_shift, norm_eps, output, packed, logits_bias};
   const int64_t n0 = source_mask.size(0);
   TORCH_CHECK(special.size() == 3 && static_cast<int64_t>(max_len.size()) == n0 &&
                   static_cast<int64_t>(min_len.size()) == n0,
@@ -373,8 +381,8 @@ std::vector<std::vector<std::pair<std::vector<int64_t>, double>>> beam_decode(
     const std::vector<int64_t>& max_len, const std::vector<int64_t>& min_len, int64_t vocab_size,
     const std::vector<int64_t>& special, int64_t beam, int64_t nbest, int64_t penalty, double alpha,
     int64_t stopping) {
-  const Decoder dec{w, heads, pre_ln, eps, rope_cos, rope_sin, embedding, static_cast<float>(scale),
-                    positions, norm_gain, norm_shift, norm_eps, output, packed};
+  const Decoder dec{w, heads, pre_ln, eps, activation, rope_cos, rope_sin, embedding, static_cast<float>(scale),
+                    positions, norm_gain, norm_shift, norm_eps, output, packed, logits_bias};
   const int64_t n0 = source_mask.size(0), k = beam, k2 = 2 * beam;
   TORCH_CHECK(special.size() == 3 && static_cast<int64_t>(max_len.size()) == n0 &&
                   static_cast<int64_t>(min_len.size()) == n0,

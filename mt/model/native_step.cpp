@@ -3,14 +3,14 @@
 // The same computation as DecoderLayer.step (self-attention over the row's cached steps, encoder-decoder
 // attention, the feed-forward network, each in its residual with LayerNorm or RMSNorm, Post-LN or Pre-LN),
 // with one ATen call for each linear (a matrix product into a preallocated output; a few rows: linear_into's
-// loops) and everything else -- the norms, residuals, ReLU, the cache write, both attentions of the one query --
-// as loops of its own: a step makes 6 operator calls a layer instead of ~58. Sums run in another order than
+// loops) and everything else -- the norms, residuals, activation, the cache write, both attentions of the one
+// query -- as loops of its own: a step makes 6 operator calls a layer instead of ~58. Sums run in another order than
 // ATen's, so hidden states differ from the Python step's in the last bits (tested within 1e-4).
 //
 // Coverage (mt.model.native.unsupported names the rest): float32, fused QKV (kv_heads == heads), no qk-norm,
-// ReLU, with or without rotary positions. Cache rows hold `group` decoder rows each: 1 (greedy, sampling), or a
-// beam store's beams, one slot each (mt.model.beam_cache), whose slot table says which slot of each step a beam
-// reads. The encoder's layers run the same way (encoder_layers).
+// ReLU, SiLU or (erf) GELU, with or without rotary positions. Cache rows hold `group` decoder rows each: 1 (greedy,
+// sampling), or a beam store's beams, one slot each (mt.model.beam_cache), whose slot table says which slot of each
+// step a beam reads. The encoder's layers run the same way (encoder_layers).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <pybind11/stl.h>
@@ -53,6 +53,42 @@ inline float exp_nonpositive(float x) {
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return x < -87.3f ? 0.f : p * scale;
+}
+
+// The feed-forward activations (mt.model.native.ACTIVATION_CODES), as ATen's vectorised CPU kernels compute
+// them: SiLU x / (1 + exp(-x)), GELU x (1 + erf(x / sqrt 2)) / 2 with erf as Abramowitz and Stegun 7.1.26 (absolute
+// error ~1.5e-7); exp by exp_nonpositive, so that the loops vectorise.
+enum Activation : int64_t { kRelu = 0, kSilu = 1, kGelu = 2 };
+
+inline float silu(float x) {
+  const float e = exp_nonpositive(-std::abs(x));  // exp(-|x|)
+  return (x >= 0.f ? x : x * e) / (1.f + e);
+}
+
+inline float gelu(float x) {
+  const float z = std::abs(x) * 0.70710678118654752f, t = 1.f / (1.f + 0.3275911f * z);
+  const float r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f;
+  const float erf = 1.f - r * t * exp_nonpositive(-z * z);  // erf(|x| / sqrt 2)
+  return 0.5f * x * (1.f + (x >= 0.f ? erf : -erf));
+}
+
+// The activation `kind` in place on the n rows of F (n, d_ff), rows in parallel
+void activate(float* F, int64_t n, int64_t d_ff, int64_t kind) {
+  TORCH_CHECK(kind == kRelu || kind == kSilu || kind == kGelu, "activation: 0 ReLU, 1 SiLU, 2 GELU");
+  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+    float* f = F + begin * d_ff;
+    const int64_t count = (end - begin) * d_ff;
+    if (kind == kRelu) {
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) f[i] = std::max(f[i], 0.f);
+    } else if (kind == kSilu) {
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) f[i] = silu(f[i]);
+    } else {
+#pragma omp simd
+      for (int64_t i = 0; i < count; ++i) f[i] = gelu(f[i]);
+    }
+  });
 }
 
 inline float dot(const float* a, const float* b, int64_t n) {
@@ -279,9 +315,10 @@ std::vector<Tensor> prepare(const std::vector<Tensor>& w, const std::vector<bool
 
 // The encoder's layers (EncoderLayer.forward in inference): x (B, S, D) embedded; w: prepare()'s tensors, 12 a
 // layer (qkv w, b; out w, b; norm 1 w, b; fc1 w, b; fc2 w, b; norm 2 w, b); pad_bias (B, S) additive (0, or -inf
-// at padding). -> (B, S, D), before any final norm. Every position attends to its sentence's tokens.
+// at padding); activation: the feed-forward's (0 ReLU, 1 SiLU, 2 GELU). -> (B, S, D), before any final norm.
+// Every position attends to its sentence's tokens.
 Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tensor& pad_bias, int64_t heads,
-                      bool pre_ln, double eps, const c10::optional<Tensor>& rope_cos,
+                      bool pre_ln, double eps, int64_t activation, const c10::optional<Tensor>& rope_cos,
                       const c10::optional<Tensor>& rope_sin) {
   constexpr int64_t kEncoderPerLayer = 12;
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 3, "x: float32 (B, S, D)");
@@ -326,7 +363,7 @@ Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tenso
     res.close(norm1);
     res.sublayer_input(norm2);
     at::addmm_out(f, p[7], h, p[6]);  // (B*S, d_ff)
-    for (int64_t i = 0; i < n * d_ff; ++i) F[i] = std::max(F[i], 0.f);
+    activate(F, n, d_ff, activation);
     at::addmm_out(o, p[9], f, p[8]);
     res.close(norm2);
   }
@@ -337,14 +374,15 @@ Tensor encoder_layers(const Tensor& x, const std::vector<Tensor>& w, const Tenso
 // layer's KVBuffer store (N / group, H, capacity, group, Dh); at (N / group,) int64: the step each cache row
 // writes (row r = c * group + j writes slot j of cache row c), and row r attends to its steps 0 .. at[c]: with
 // group 1 to its own, with more to slot self_slots[r, t] of each step t (int32 (N, >= at + 1), needed then: the
-// beam store's slot table); cross_k / cross_v (N / group, H, S, Dh); source_mask (N / group, 1, 1, S) additive.
-// -> (N, 1, D), before any final norm. Writes each layer's new keys and values into the stores.
+// beam store's slot table); cross_k / cross_v (N / group, H, S, Dh); source_mask (N / group, 1, 1, S) additive;
+// activation as encoder_layers takes it. -> (N, 1, D), before any final norm. Writes each layer's new keys and
+// values into the stores.
 Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::vector<Tensor>& self_k,
                     const std::vector<Tensor>& self_v, const Tensor& at, int64_t group,
                     const std::vector<Tensor>& cross_k,
                     const std::vector<Tensor>& cross_v, const Tensor& source_mask, int64_t heads, bool pre_ln,
-                    double eps, const c10::optional<Tensor>& rope_cos, const c10::optional<Tensor>& rope_sin,
-                    const c10::optional<Tensor>& self_slots) {
+                    double eps, int64_t activation, const c10::optional<Tensor>& rope_cos,
+                    const c10::optional<Tensor>& rope_sin, const c10::optional<Tensor>& self_slots) {
   const int64_t n = x.size(0), d = x.size(2), dh = d / heads, layers = self_k.size();
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.size(1) == 1, "x: float32 (N, 1, D)");
   TORCH_CHECK(group >= 1 && n % group == 0, "rows: cache rows x group");
@@ -432,7 +470,7 @@ Tensor decoder_step(const Tensor& x, const std::vector<Tensor>& w, const std::ve
     // feed-forward
     res.sublayer_input(norm3);
     linear_into(f, p[13], h, p[12]);  // (N, d_ff)
-    for (int64_t i = 0; i < n * d_ff; ++i) F[i] = std::max(F[i], 0.f);
+    activate(F, n, d_ff, activation);
     linear_into(o, p[15], f, p[14]);
     res.close(norm3);
   }

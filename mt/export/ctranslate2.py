@@ -2,7 +2,11 @@
 
 The network is copied weight for weight (fused Q|K|V and K|V projections included, mt's positional
 table as the position encodings, embeddings scaled by sqrt(D)), Post-LN or Pre-LN with its final
-norms. The modern options of ``mt.model`` map onto CTranslate2's Transformer spec, all but qk-norm:
+norms. The options of an imported Marian model (``mt.pretrained``) map too: ``model.activation=silu``
+is CTranslate2's Swish; ``model.sinusoid=marian`` needs nothing (the table is copied, whatever its
+frequencies); ``model.scale_embeddings=false`` is ``scale_embeddings=False``; ``model.logits_bias`` is
+the output projection's bias (its ``-inf`` rows at the ban value below). The modern options of
+``mt.model`` map onto CTranslate2's Transformer spec, all but qk-norm:
 
 - ``model.norm=rmsnorm``: ``rms_norm`` (gain only); one epsilon for every norm (``layer_norm_epsilon``,
   mt's ``NORM_EPS``: a model whose norms disagree on it is refused);
@@ -55,7 +59,7 @@ from mt.model import MultiHeadAttention, Seq2SeqTransformer
 
 BAN_LOGIT = -1.0e4  # an output bias that makes a token's probability exactly 0 (exp underflows), fp16-safe
 # CTranslate2's GELU is the erf form, as torch's nn.GELU; its SWISH is x * sigmoid(x), torch's SiLU
-ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swiglu": "SWISH"}
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH", "swiglu": "SWISH"}
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
@@ -98,19 +102,34 @@ def _ffn(spec, layer) -> None:
 
 
 def _inputs(spec, stack, vocab_size: int) -> None:
-    """Token embedding (its first ``vocab_size`` rows), sqrt(D) scaling, position table, Pre-LN final norm.
+    """Token embedding (its first ``vocab_size`` rows), sqrt(D) scaling (or none), position table (the
+    model's own sinusoids, Marian's or fairseq's, or learned), Pre-LN final norm.
 
     With rotary positions mt adds nothing to the embeddings, and neither may CTranslate2: its encoder
     spec keeps an optional position table, which is removed (the decoder spec has none then)."""
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
     embeddings.weight = _array(stack.embedding.token.weight[:vocab_size])
-    spec.scale_embeddings = True
+    spec.scale_embeddings = stack.embedding.scale != 1.0
     if stack.embedding.positions is not None:
         spec.position_encodings.encodings = _array(position_table(stack.embedding))
     elif hasattr(spec, "position_encodings"):
         del spec.position_encodings
     if stack.final_norm is not None:
         _norm(spec.layer_norm, stack.final_norm)
+
+
+def output_bias(model: Seq2SeqTransformer, vocab_size: int) -> torch.Tensor:
+    """The projection's bias over the first ``vocab_size`` ids: the model's logits bias (an imported model's,
+    else zero) with PAD, BOS and its ``-inf`` rows at ``BAN_LOGIT``.
+
+    Not ``-inf`` itself: CTranslate2 4.8 on the CPU does take it (float32, int8 and float16 gave the same
+    outputs), but its GPU kernels (fp16 GEMMs with the bias fused) were not checked, and ``BAN_LOGIT``
+    gives the same zero probability (exp underflows) as it does for PAD and BOS, in every compute type."""
+    found = model.decoder.logits_bias
+    bias = torch.zeros(vocab_size) if found is None else found[:vocab_size].detach().float().clone()
+    bias[~torch.isfinite(bias)] = BAN_LOGIT
+    bias[[PAD_ID, BOS_ID]] = BAN_LOGIT
+    return bias
 
 
 def norm_epsilon(model: Seq2SeqTransformer) -> float:
@@ -159,9 +178,8 @@ def build_spec(model: Seq2SeqTransformer, cfg: ModelConfig, src_pieces: list[str
         _norm(layer_spec.self_attention.layer_norm, layer.self_attn_res.norm)
         _ffn(layer_spec.ffn, layer)
     _inputs(spec.decoder, model.decoder, len(tgt_pieces))
-    bias = torch.zeros(len(tgt_pieces))
-    bias[[PAD_ID, BOS_ID]] = BAN_LOGIT
-    _linear(spec.decoder.projection, model.decoder.output_weight[: len(tgt_pieces)], bias)
+    vocab_size = len(tgt_pieces)
+    _linear(spec.decoder.projection, model.decoder.output_weight[:vocab_size], output_bias(model, vocab_size))
     for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers, strict=True):
         _attention(layer_spec.self_attention, layer.self_attn)
         _norm(layer_spec.self_attention.layer_norm, layer.self_attn_res.norm)

@@ -3,16 +3,22 @@
 ``config.json``, ``model.safetensors`` and ``generation_config.json``, plus what ``MarianTokenizer``
 (and ``AutoTokenizer``) read: ``source.spm``, ``target.spm``, ``vocab.json`` (``target_vocab.json``
 for separate vocabularies) and ``tokenizer_config.json``. Marian is mt's architecture (Post-LN,
-sqrt(D)-scaled embeddings, relu or gelu, tied output projection, decoding from ``<s>``) with two
-differences the export removes:
+sqrt(D)-scaled embeddings or not (``scale_embedding``), relu, gelu or silu ("swish"), tied output
+projection, decoding from ``<s>``) with two differences the export removes:
 
 - positions: Marian builds its sinusoids with frequencies ``10000^(-2i/D)``, mt with
-  ``10000^(-i/(D/2-1))`` (fairseq's), which differ by ~1e-3 already at position 10. The table is a
-  plain ``nn.Embedding`` weight, so mt's table (or its learned positions) is written into
-  ``model.safetensors`` and checked after loading. transformers' own ``save_pretrained`` leaves the
-  table out (``_keys_to_ignore_on_save``): a model re-saved that way gets Marian's table back.
+  ``10000^(-i/(D/2-1))`` (fairseq's, unless ``model.sinusoid=marian``), which differ by ~1e-3 already
+  at position 10. The table is a plain ``nn.Embedding`` weight, so mt's table (or its learned
+  positions) is written into ``model.safetensors`` and checked after loading. transformers' own
+  ``save_pretrained`` leaves the table out (``_keys_to_ignore_on_save``): a model re-saved that way
+  gets Marian's table back.
 - projections: mt's fused Q|K|V (self-attention) and K|V (cross-attention) are split into
-  ``q_proj``/``k_proj``/``v_proj``; ``final_logits_bias`` is zero.
+  ``q_proj``/``k_proj``/``v_proj``; ``final_logits_bias`` is ``model.logits_bias`` (an imported
+  model's, ``-inf`` rows included), else zero.
+
+An imported model (``mt-import``) goes back as it came: its SentencePiece models and vocabulary (one
+``vocab.json`` when both sides number the same pieces), in mt's id order (``<pad> <unk> <s> </s>``
+first, decoding from ``<s>``).
 
 Generation: PAD, BOS and the embedding's padding ids are ``suppress_tokens`` (applied after the
 log-softmax in beam search, as mt bans them), EOS is forced at ``max_length`` as mt forces it.
@@ -54,7 +60,8 @@ from mt.export.common import (
 from mt.export.readme import hf_readme
 from mt.model import modern_options
 
-ACTIVATIONS = ("relu", "gelu")  # transformers' "gelu" is the erf form, as torch's nn.GELU
+# mt's activation -> transformers' name ("gelu" is the erf form, as torch's nn.GELU; "swish" is SiLU)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "silu": "swish"}
 
 
 def check_supported(source: ExportSource) -> None:
@@ -88,12 +95,12 @@ def marian_config(source: ExportSource):
         decoder_attention_heads=model.heads,
         encoder_ffn_dim=model.d_ff,
         decoder_ffn_dim=model.d_ff,
-        activation_function=model.activation,
+        activation_function=ACTIVATIONS[model.activation],
         dropout=model.dropout,
         attention_dropout=model.attention_dropout,
         activation_dropout=model.activation_dropout,
         max_position_embeddings=model.max_positions,
-        scale_embedding=True,
+        scale_embedding=model.scale_embeddings,
         pad_token_id=PAD_ID,
         bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
@@ -120,11 +127,18 @@ def _module(prefix: str, module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {f"{prefix}.{name}": p for name, p in module.state_dict().items()}
 
 
+def logits_bias(source: ExportSource) -> torch.Tensor:
+    """``final_logits_bias`` (V,): the model's logits bias as it is (an imported model's ``-inf`` rows
+    included: transformers adds it to the logits, so they stay exactly mt's), else zero."""
+    found = source.model.decoder.logits_bias
+    return torch.zeros(source.tokenizers.tgt.padded_vocab_size) if found is None else found.detach().clone()
+
+
 def marian_state_dict(source: ExportSource) -> dict[str, torch.Tensor]:
     """mt's weights under ``MarianMTModel``'s names (every key of its ``state_dict``)."""
     model = source.model
     state = {
-        "final_logits_bias": torch.zeros(1, source.tokenizers.tgt.padded_vocab_size),
+        "final_logits_bias": logits_bias(source).reshape(1, -1),
         "model.encoder.embed_tokens.weight": model.encoder.embedding.token.weight,
         "model.decoder.embed_tokens.weight": model.decoder.output_weight,
         "lm_head.weight": model.decoder.output_weight,
@@ -202,6 +216,13 @@ def source_spm(source: ExportSource) -> bytes:
     return without_extra_whitespace(proto) if is_multilingual(source.cfg.data) else proto
 
 
+def separate_vocabs(source: ExportSource) -> bool:
+    """Whether the target needs a vocabulary of its own: not for a joint tokenizer, nor for two SentencePiece
+    models that number the same pieces (an imported Marian model of one vocabulary, ``vocab.json``)."""
+    tok = source.tokenizers
+    return not tok.joint and pieces(tok.src) != pieces(tok.tgt)
+
+
 def write_tokenizer(source: ExportSource, out: Path) -> None:
     """``MarianTokenizer`` files: both SentencePiece models, the piece -> id vocabularies, the config."""
     transformers = need("transformers", "hf")
@@ -213,7 +234,8 @@ def write_tokenizer(source: ExportSource, out: Path) -> None:
     vocab = {piece: i for i, piece in enumerate(pieces(tok.src))}
     (tmp / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1), encoding="utf-8")
     target_vocab = None
-    if not tok.joint:
+    separate = separate_vocabs(source)
+    if separate:
         target_vocab = tmp / "target_vocab.json"
         target = {piece: i for i, piece in enumerate(pieces(tok.tgt))}
         target_vocab.write_text(json.dumps(target, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -222,7 +244,7 @@ def write_tokenizer(source: ExportSource, out: Path) -> None:
         target_spm=str(tmp / "target.spm"),
         vocab=str(tmp / "vocab.json"),
         target_vocab_file=None if target_vocab is None else str(target_vocab),
-        separate_vocabs=not tok.joint,
+        separate_vocabs=separate,
         source_lang=source_languages(source.cfg.data)[0],
         target_lang=None if is_multilingual(source.cfg.data) else target_languages(source.cfg.data)[0],
         model_max_length=source.cfg.model.max_positions,  # pieces + </s>

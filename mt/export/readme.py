@@ -12,11 +12,14 @@ def _origin(source: ExportSource) -> str:
         f"vocabularies of {tok.src.vocab_size} (source) and {tok.tgt.vocab_size} (target)"
     )
     kv_heads = f" ({m.kv_heads} key/value heads)" if m.kv_heads not in (0, m.heads) else ""
+    sinusoid = f" ({m.sinusoid})" if m.positions == "sinusoidal" and m.sinusoid != "fairseq" else ""
+    extras = "".join(f", {what}" for what, on in (("unscaled embeddings", not m.scale_embeddings),
+                                                    ("logits bias", m.logits_bias)) if on)
     return (
         f"Exported by `mt-export` from `{source.path}`: {m.encoder_layers}+{m.decoder_layers} layers, "
         f"d_model {m.d_model}, {m.heads} heads{kv_heads}, {'Pre' if m.pre_ln else 'Post'}-LN ({m.norm}), "
         f"{m.activation}, "
-        f"{m.positions} positions (up to {m.max_positions}), {vocab} "
+        f"{m.positions} positions{sinusoid} (up to {m.max_positions}){extras}, {vocab} "
         f"({', '.join(f'{p.src} -> {p.tgt}' for p in data_pairs(source.cfg.data))})."
     )
 
@@ -57,7 +60,9 @@ def ct2_readme(source: ExportSource, defaults: SearchDefaults, quantization: str
         "so a few outputs can differ.",
         "PAD and BOS are banned by a -1e4 output bias and the embedding's padding rows are left out, so "
         "their probability is renormalised onto the other tokens (mt bans them after its softmax): greedy "
-        "outputs are mt's; each beam step's log-probs shift by `-log(1 - p(banned))`.",
+        "outputs are mt's; each beam step's log-probs shift by `-log(1 - p(banned))`."
+        + (" The model's logits bias is that output bias (its `-inf` ids at -1e4 too)." if source.cfg.model.logits_bias
+           else ""),
         "mt answers an empty line with an empty line without decoding it; skip empty lines likewise.",
         *defaults.notes,
     ]
@@ -92,18 +97,30 @@ What differs from `mt-translate` with the checkpoint's settings:
 """
 
 
+def position_note(source: ExportSource) -> str:
+    """What the stored position table is, and what transformers' own ``save_pretrained`` does to it."""
+    m = source.cfg.model
+    if m.positions == "sinusoidal" and m.sinusoid == "marian":
+        return ("The position table is Marian's own sinusoids (as mt computes them), stored in `model.safetensors`; "
+                "a model re-saved by transformers' `save_pretrained` recomputes the same table.")
+    return ("The position table is mt's (fairseq's sinusoid frequencies, or learned positions), stored in "
+            "`model.safetensors`. transformers' `save_pretrained` leaves Marian's position tables out and a "
+            "model re-saved that way gets Marian's own sinusoids back (other frequencies): re-export from the mt "
+            "checkpoint instead, or copy the two `embed_positions` tensors into the new file.")
+
+
 def hf_readme(source: ExportSource, defaults: SearchDefaults) -> str:
     """Usage with the checkpoint's decoding defaults, for a Hugging Face MarianMTModel directory."""
     lines = [
-        "The position table is mt's (fairseq's sinusoid frequencies, or learned positions), stored in "
-        "`model.safetensors`. transformers' `save_pretrained` leaves Marian's position tables out and a "
-        "model re-saved that way gets Marian's own sinusoids back (other frequencies): re-export from the mt "
-        "checkpoint instead, or copy the two `embed_positions` tensors into the new file.",
+        position_note(source),
         "`length_penalty` is `|Y|^alpha` with |Y| counting `</s>`, mt's `length` penalty. transformers' "
         "beam search keeps `num_beams` finished hypotheses and stops by its `early_stopping` heuristic; mt "
         "stops when the best candidate is `</s>`, so a few beam outputs can differ. Greedy is mt's.",
         "PAD, BOS and the embedding's padding ids are `suppress_tokens`; `</s>` is forced at `max_length`, "
         "as mt forces it.",
+        *(["`final_logits_bias` is the model's logits bias as mt holds it, `-inf` on the ids the original "
+           "model has no output for (`<s>`, a copy of the row it starts decoding from)."]
+          if source.cfg.model.logits_bias else []),
         "`skip_special_tokens=True` drops `<unk>` (mt writes it as ` ⁇ `) and the output is stripped of "
         "leading and trailing spaces.",
         "The `translation` pipeline was removed in transformers 5; use `generate` as above.",

@@ -112,6 +112,9 @@ class ModelConfig:
     positions: str = "sinusoidal"  # sinusoidal | learned | rope (rotary, in self-attention)
     # sinusoidal frequencies, both laid out as [sin | cos] halves: fairseq 10000^(-i/(D/2-1)) | marian 10000^(-2i/D)
     sinusoid: str = "fairseq"
+    # sinusoidal positions count from this number: 0 = the first token is position 0; M2M-100 / NLLB (fairseq's
+    # padding_idx + 1): 2
+    position_offset: int = 0
     scale_embeddings: bool = True  # token embeddings times sqrt(d_model) (section 3.4)
     # a fixed bias on the output logits (V,), not trained: an imported model's final_logits_bias, with -inf on the
     # rows the original model has no output for (mt.pretrained)
@@ -200,6 +203,10 @@ class TrainConfig:
     # a checkpoint of this model on this data that the run goes on from (weights, optimizer moments, data
     # position, random state) with its update count, clock and lr schedule at 0: a warm restart; "" = none
     restart_from: str = ""
+    # a checkpoint (mt's own, or one mt-import wrote) that a new run starts from: its model (architecture and
+    # weights; dropout from this run's model group) and its tokenizers, on this run's data encoded with them
+    # (nothing retrained); optimizer, lr schedule and update count start afresh (EXP=finetune); "" = none
+    init_from: str = ""
     progress: bool = True  # tqdm progress bar
     tensorboard: bool = True
 

@@ -132,6 +132,12 @@ RULES: dict[str, list[Rule]] = {
             lambda v, g: v == "fairseq" or g.positions == "sinusoidal",
             "applies to model.positions=sinusoidal only (positions={g.positions})",
         ),
+        at_least("position_offset", 0, "the position of the first token; 0 = mt's own models"),
+        Rule(
+            "position_offset",
+            lambda v, g: v == 0 or g.positions == "sinusoidal",
+            "applies to model.positions=sinusoidal only (positions={g.positions})",
+        ),
         at_least("kv_heads", 0, "0 = model.heads"),
         Rule(
             "kv_heads",
@@ -156,6 +162,7 @@ RULES: dict[str, list[Rule]] = {
         at_least("rdrop_alpha", 0, "0 = off"),
     ],
     "train": [
+        Rule("init_from", lambda v, g: v != "REQUIRED", "give the checkpoint to start from: train.init_from=model.pt"),
         positive("max_updates"),
         at_least("max_epochs", 0, "0 = no limit"),
         at_least("max_time_minutes", 0, "0 = no limit"),

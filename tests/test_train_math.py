@@ -133,6 +133,38 @@ def test_chunked_output_loss_equals_the_logits_path_in_value_and_gradient(chunk_
     assert not nll.requires_grad
 
 
+def test_a_logits_bias_with_dead_rows_equals_a_vocabulary_without_them():
+    """An imported model's fixed bias: its -inf rows are no classes (the smoothing spreads over the others), and
+    the loss and gradients equal those of the same model whose vocabulary never had those rows."""
+    from mt.train.loss import output_loss
+
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 13, 8, requires_grad=True)
+    weight = torch.randn(11, 8, requires_grad=True)
+    bias = torch.randn(11)
+    dead = [0, 2, 10]  # mt's <pad> and <s> copy, a row past the pieces: never targets
+    bias[dead] = float("-inf")
+    live = [i for i in range(11) if i not in dead]
+    target = torch.tensor(live)[torch.randint(0, len(live), (3, 13))]
+    target[2, 6:] = 0  # padding (ignore_index 0, itself a dead row)
+    loss, nll = output_loss(hidden, weight, target, 0.1, ignore_index=0, chunk_bytes=4 * 11 * 16, bias=bias)
+    loss.backward()
+    grads = hidden.grad.clone(), weight.grad[live].clone()
+    assert bool((weight.grad[dead] == 0).all())  # a dead row takes no probability, so no gradient
+    hidden.grad = weight.grad = None
+    keep = target != 0
+    lprobs = F.log_softmax(F.linear(hidden, weight[live], bias[live])[keep], dim=-1)  # (N, 8): the live classes
+    column = {c: i for i, c in enumerate(live)}
+    y = torch.tensor([column[int(t)] for t in target[keep]])
+    ref_nll = -lprobs.gather(1, y[:, None]).sum()
+    e = 0.1 / (len(live) - 1)  # fairseq's smoothing: eps over the other classes
+    ref_loss = (1 - 0.1 - e) * ref_nll - e * lprobs.sum()
+    ref_loss.backward()
+    assert torch.allclose(loss, ref_loss, rtol=1e-6) and torch.allclose(nll, ref_nll, rtol=1e-6)
+    assert torch.isfinite(loss)
+    assert torch.allclose(grads[0], hidden.grad, atol=1e-6) and torch.allclose(grads[1], weight.grad[live], atol=1e-6)
+
+
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_losses_read_off_the_softmax_equal_token_losses(epsilon):
     from mt.train.loss import softmax_losses, token_losses

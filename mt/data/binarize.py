@@ -44,6 +44,7 @@ from mt.data.sources import SPLITS, RawSplit, file_digest, fingerprint, progress
 from mt.data.split import TokenizedSplit
 from mt.data.summary import format_summary
 from mt.data.tokenizer import Tokenizer, Tokenizers, train_tokenizer
+from mt.data.vocab_tokenizer import VocabTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -150,23 +151,34 @@ def train_tokenizers(cfg: DataConfig, train: datasets.Dataset) -> Tokenizers:
 # ------------------------------------------------------------------------------------------- binarizing
 
 _PROCESSORS: dict[int, Tokenizer] = {}  # per process: workers rebuild a model once, not per batch
+TokenizerState = tuple[bytes, tuple[str, ...] | None, int | None]  # what a worker rebuilds a tokenizer from
 
 
-def _tokenizer(proto: bytes) -> Tokenizer:
-    key = hash(proto)
+def tokenizer_state(tokenizer: Tokenizer) -> TokenizerState:
+    """The SentencePiece model, and an imported model's vocabulary and embedding rows (None for mt's own)."""
+    vocab = getattr(tokenizer, "vocab", None)
+    if vocab is None:
+        return tokenizer.model_proto, None, None
+    return tokenizer.model_proto, tuple(vocab), tokenizer.padded_vocab_size
+
+
+def _tokenizer(state: TokenizerState) -> Tokenizer:
+    key = hash(state)
     if key not in _PROCESSORS:
-        _PROCESSORS[key] = Tokenizer.from_proto(proto)
+        proto, vocab, rows = state
+        _PROCESSORS[key] = Tokenizer.from_proto(proto) if vocab is None else VocabTokenizer(proto, vocab, rows)
     return _PROCESSORS[key]
 
 
 def _encode(
-    batch: dict[str, list], src_proto: bytes, tgt_proto: bytes, threads: int, tags: list[int] | None = None
+    batch: dict[str, list], src_state: TokenizerState, tgt_state: TokenizerState, threads: int,
+    tags: list[int] | None = None,
 ) -> dict[str, list[list[int]]]:
     """Source and target ids; with ``tags`` (a tag id per pair) each source starts with its pair's tag."""
-    src_ids = _tokenizer(src_proto).encode_batch(batch["src"], num_threads=threads)
+    src_ids = _tokenizer(src_state).encode_batch(batch["src"], num_threads=threads)
     if tags is not None:
         src_ids = [[tags[pair], *ids] for pair, ids in zip(batch[PAIR_COLUMN], src_ids, strict=True)]
-    return {"src_ids": src_ids, "tgt_ids": _tokenizer(tgt_proto).encode_batch(batch["tgt"], num_threads=threads)}
+    return {"src_ids": src_ids, "tgt_ids": _tokenizer(tgt_state).encode_batch(batch["tgt"], num_threads=threads)}
 
 
 def pair_tag_ids(cfg: DataConfig, tokenizers: Tokenizers) -> list[int] | None:
@@ -207,8 +219,8 @@ def binarize_split(name: str, raw: datasets.Dataset, tokenizers: Tokenizers, cfg
             num_proc=num_proc,
             features=_PAIR_FEATURES if PAIR_COLUMN in raw.column_names else _FEATURES,
             fn_kwargs={
-                "src_proto": tokenizers.src.model_proto,
-                "tgt_proto": tokenizers.tgt.model_proto,
+                "src_state": tokenizer_state(tokenizers.src),
+                "tgt_state": tokenizer_state(tokenizers.tgt),
                 "threads": threads,
                 "tags": pair_tag_ids(cfg, tokenizers),
             },

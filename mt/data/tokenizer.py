@@ -9,6 +9,7 @@ demo's 256) cannot afford the 256 byte pieces and map unseen characters to ``UNK
 from __future__ import annotations
 
 import io
+import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -144,23 +145,26 @@ class Tokenizers:
     joint: bool
 
     def save(self, directory: str | Path) -> None:
-        """``spm.model`` when joint, else ``src.model`` and ``tgt.model``."""
+        """``spm.model`` when joint, else ``src.model`` and ``tgt.model``; an imported model's vocabulary beside
+        its model as ``src.vocab.json`` / ``tgt.vocab.json`` (``mt.data.vocab_tokenizer``)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        if self.joint:
-            self.src.save(directory / "spm.model")
-        else:
-            self.src.save(directory / "src.model")
-            self.tgt.save(directory / "tgt.model")
+        sides = [("spm", self.src)] if self.joint else [("src", self.src), ("tgt", self.tgt)]
+        for name, tokenizer in sides:
+            tokenizer.save(directory / f"{name}.model")
+            vocab = getattr(tokenizer, "vocab", None)
+            if vocab is not None:
+                table = {"pieces": vocab, "rows": tokenizer.padded_vocab_size}
+                (directory / f"{name}.vocab.json").write_text(json.dumps(table, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizers:
         """The inverse of ``save``."""
         directory = Path(directory)
         if (directory / "spm.model").is_file():
-            tok = Tokenizer.load(directory / "spm.model")
+            tok = _load_side(directory, "spm")
             return cls(tok, tok, joint=True)
-        return cls(Tokenizer.load(directory / "src.model"), Tokenizer.load(directory / "tgt.model"), joint=False)
+        return cls(_load_side(directory, "src"), _load_side(directory, "tgt"), joint=False)
 
     @staticmethod
     def exists(directory: str | Path) -> bool:
@@ -168,13 +172,35 @@ class Tokenizers:
 
     @staticmethod
     def files(directory: str | Path) -> list[Path]:
-        """The model files ``save`` wrote into ``directory``: ``[spm.model]``, ``[src.model, tgt.model]`` or []."""
+        """The files ``save`` wrote into ``directory``: ``[spm.model]``, ``[src.model, tgt.model]`` (with any
+        ``*.vocab.json``) or []."""
         directory = Path(directory)
-        for names in (["spm.model"], ["src.model", "tgt.model"]):
-            paths = [directory / name for name in names]
+        for names in (["spm"], ["src", "tgt"]):
+            paths = [directory / f"{name}.model" for name in names]
             if all(path.is_file() for path in paths):
-                return paths
+                vocabs = [directory / f"{name}.vocab.json" for name in names]
+                return paths + [path for path in vocabs if path.is_file()]
         return []
+
+    @property
+    def shared_vocabulary(self) -> bool:
+        """Whether both sides number the same pieces the same way (one embedding can serve both)."""
+        if self.joint:
+            return True
+        src, tgt = getattr(self.src, "vocab", None), getattr(self.tgt, "vocab", None)
+        return src is not None and src == tgt and self.src.padded_vocab_size == self.tgt.padded_vocab_size
+
+
+def _load_side(directory: Path, name: str) -> Tokenizer:
+    """``NAME.model``, read through ``NAME.vocab.json`` when there is one."""
+    proto = (directory / f"{name}.model").read_bytes()
+    table = directory / f"{name}.vocab.json"
+    if not table.is_file():
+        return Tokenizer(proto)
+    from mt.data.vocab_tokenizer import VocabTokenizer
+
+    vocab = json.loads(table.read_text(encoding="utf-8"))
+    return VocabTokenizer(proto, vocab["pieces"], vocab["rows"])
 
 
 def train_tokenizer(

@@ -16,7 +16,7 @@ import torch
 
 from mt import checkpoint as ckpt
 from mt.config import Config, ModelConfig, to_dict
-from mt.data import Tokenizer, Tokenizers
+from mt.data import Tokenizers
 from mt.train.distributed import DistInfo, all_gather_objects, barrier
 from mt.train.ema import WeightAverage
 from mt.train.state import TrainState, rng_state, set_rng_state
@@ -168,8 +168,8 @@ def _vocabulary_differences(stored: dict[str, Any] | None, tokenizers: Tokenizer
     """Vocabulary sizes that differ although the settings agree (e.g. other data in the same run dir)."""
     if stored is None:
         return []
-    src = Tokenizer.from_proto(stored["src"])
-    tgt = src if stored["joint"] else Tokenizer.from_proto(stored["tgt"])
+    before = ckpt.tokenizers_from_state({"tokenizers": stored})
+    src, tgt = before.src, before.tgt
     out = []
     for name, before, now in (("source", src, tokenizers.src), ("target", tgt, tokenizers.tgt)):
         if before.vocab_size != now.vocab_size:

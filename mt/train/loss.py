@@ -10,6 +10,9 @@ V * lse - sum_j z_j``. Written this way no (N, V) log-probability tensor is kept
 ``(1 - eps - e + e * V) * softmax(z) - (1 - eps - e) * onehot(y) - e`` is formed in one pass: on the
 (B*T, V) logits of a training batch the softmax is the loss's whole cost (it was 19% of an update
 of a d=128 model with ``log_softmax`` + autograd).
+
+A model with a fixed logits bias (``model.logits_bias``, an imported model's) adds it to the logits; its
+``-inf`` rows are no classes at all: ``live`` (V,) marks the others, and ``V`` above counts only them.
 """
 
 from __future__ import annotations
@@ -23,24 +26,33 @@ def smoothing_weights(epsilon: float, vocab: int) -> tuple[float, float]:
     return 1.0 - epsilon - eps_other, eps_other
 
 
-def token_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
+def live_classes(bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The rows (V,) a logits bias leaves as classes (its finite entries); None without a bias."""
+    return None if bias is None else torch.isfinite(bias)
+
+
+def token_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float, live: torch.Tensor | None = None):
     """Per-row ``(loss, nll, lse)`` of logits z (N, V) against target (N, 1) (the module docstring's formula)."""
     lse = torch.logsumexp(z, dim=-1)  # (N,)
     nll = lse - z.gather(1, target).squeeze(1)  # (N,)
-    return smoothed_loss(z, nll, lse, epsilon), nll, lse
+    return smoothed_loss(z, nll, lse, epsilon, live), nll, lse
 
 
-def smoothed_loss(z: torch.Tensor, nll: torch.Tensor, lse: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """Per-row ``on_target * nll + e * smooth`` with ``smooth = V * lse - sum_j z_j`` (the module docstring)."""
-    on_target, eps_other = smoothing_weights(epsilon, z.size(-1))
-    return on_target * nll + eps_other * (z.size(-1) * lse - z.sum(dim=-1))
+def smoothed_loss(z: torch.Tensor, nll: torch.Tensor, lse: torch.Tensor, epsilon: float,
+                  live: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-row ``on_target * nll + e * smooth`` with ``smooth = V * lse - sum_j z_j`` (the module docstring),
+    over the ``live`` classes only when given."""
+    classes = z.size(-1) if live is None else int(live.sum())
+    on_target, eps_other = smoothing_weights(epsilon, classes)
+    total = z.sum(dim=-1) if live is None else torch.where(live, z, 0.0).sum(dim=-1)  # (N,)
+    return on_target * nll + eps_other * (classes * lse - total)
 
 
 # below this a float32 softmax entry has lost its precision (denormal) or is 0: such rows take logsumexp instead
 TINY_PROB = 1e-30
 
 
-def softmax_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
+def softmax_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float, live: torch.Tensor | None = None):
     """``(probs, loss, nll)`` of logits z (N, V) against target (N, 1): the softmax (N, V) in a new tensor and
     ``token_losses``' per-row loss and NLL, read off the softmax (``nll = -log p_y``, ``lse = z_y + nll``), so
     the rows are exponentiated once, in one fused kernel, where ``token_losses`` then ``exp(z - lse)`` take
@@ -53,14 +65,17 @@ def softmax_losses(z: torch.Tensor, target: torch.Tensor, epsilon: float):
     tiny = (p_y < TINY_PROB).nonzero().squeeze(1)
     if tiny.numel():
         nll[tiny] = torch.logsumexp(z[tiny], dim=-1) - z_y[tiny]
-    return probs, smoothed_loss(z, nll, z_y + nll, epsilon), nll
+    return probs, smoothed_loss(z, nll, z_y + nll, epsilon, live), nll
 
 
 def logit_gradient_(probs: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float,
-                     g_loss, g_nll) -> torch.Tensor:
-    """In place: softmax rows probs (N, V) -> d(g_loss * loss_sum + g_nll * nll_sum)/dz; rows with keep=False 0."""
-    on_target, eps_other = smoothing_weights(epsilon, probs.size(-1))
-    probs.mul_(g_loss * (on_target + eps_other * probs.size(-1)) + g_nll).sub_(g_loss * eps_other)
+                    g_loss, g_nll, live: torch.Tensor | None = None) -> torch.Tensor:
+    """In place: softmax rows probs (N, V) -> d(g_loss * loss_sum + g_nll * nll_sum)/dz; rows with keep=False 0;
+    with ``live``, the smoothing spreads over the live classes only."""
+    classes = probs.size(-1) if live is None else int(live.sum())
+    on_target, eps_other = smoothing_weights(epsilon, classes)
+    probs.mul_(g_loss * (on_target + eps_other * classes) + g_nll)
+    probs.sub_(g_loss * eps_other if live is None else (g_loss * eps_other) * live.to(probs.dtype))
     onehot_coef = torch.as_tensor(-(g_loss * on_target + g_nll), dtype=probs.dtype)  # d/dz_y of both sums
     probs.scatter_add_(1, target, onehot_coef.expand(target.shape))
     dropped = (~keep).nonzero().squeeze(1)  # (M,) the padding rows: zeroed alone, not a pass over all rows
@@ -71,11 +86,12 @@ class _SmoothedNLL(torch.autograd.Function):
     """Summed smoothed loss and NLL of logits (N, V) against target (N,), rows with keep=False ignored."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float):
-        loss, nll, lse = token_losses(logits, target.unsqueeze(1), epsilon)
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, keep: torch.Tensor, epsilon: float,
+                live: torch.Tensor | None = None):
+        loss, nll, lse = token_losses(logits, target.unsqueeze(1), epsilon, live)
         zero = logits.new_zeros(())
         ctx.save_for_backward(logits, lse, target, keep)
-        ctx.epsilon = epsilon
+        ctx.epsilon, ctx.live = epsilon, live
         return torch.where(keep, loss, zero).sum(), torch.where(keep, nll, zero).sum()
 
     @staticmethod
@@ -84,11 +100,12 @@ class _SmoothedNLL(torch.autograd.Function):
         g_loss = grad_loss if grad_loss is not None else logits.new_zeros(())
         g_nll = grad_nll if grad_nll is not None else logits.new_zeros(())
         probs = torch.exp(logits - lse.unsqueeze(1))  # (N, V) softmax
-        return logit_gradient_(probs, target.unsqueeze(1), keep, ctx.epsilon, g_loss, g_nll), None, None, None
+        grad = logit_gradient_(probs, target.unsqueeze(1), keep, ctx.epsilon, g_loss, g_nll, ctx.live)
+        return grad, None, None, None, None
 
 
 def label_smoothed_nll_loss(
-    logits: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int
+    logits: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int, live: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed smoothed loss and summed NLL over the non-pad target tokens.
 
@@ -96,6 +113,7 @@ def label_smoothed_nll_loss(
         logits: (B, T, V) unnormalised scores (computed in float32 even under autocast).
         target: (B, T) gold ids; positions equal to ``ignore_index`` contribute nothing.
         epsilon: smoothing mass taken from the target.
+        live: (V,) the classes the smoothing spreads over (``live_classes`` of a logits bias); None: all.
     Returns:
         ``(loss_sum, nll_sum)``, both scalars (natural log). The caller divides by the number of
         non-pad target tokens of the whole update, so accumulation and data parallelism give the
@@ -105,7 +123,7 @@ def label_smoothed_nll_loss(
     flat = logits.reshape(-1, vocab).float()  # (B*T, V)
     target = target.reshape(-1)  # (B*T,)
     keep = target.ne(ignore_index)
-    return _SmoothedNLL.apply(flat, target.masked_fill(~keep, 0), keep, float(epsilon))
+    return _SmoothedNLL.apply(flat, target.masked_fill(~keep, 0), keep, float(epsilon), live)
 
 
 class _ChunkedOutputLoss(torch.autograd.Function):
@@ -119,8 +137,10 @@ class _ChunkedOutputLoss(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, keep, epsilon: float, chunk: int, dtype: torch.dtype):
+    def forward(ctx, hidden, weight, target, keep, epsilon: float, chunk: int, dtype: torch.dtype, bias=None):
         acc = torch.promote_types(dtype, torch.float32)  # the softmax's dtype: float32, or float64 in tests
+        live = live_classes(bias)
+        bias = None if bias is None else bias.to(acc)  # (V,), fixed
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(dtype)  # (V, D)
             grad_hidden = torch.empty_like(hidden)  # (N, D)
@@ -131,22 +151,24 @@ class _ChunkedOutputLoss(torch.autograd.Function):
                 rows = slice(start, start + chunk)
                 h, t, k = hidden[rows].to(dtype), target[rows].unsqueeze(1), keep[rows]  # (C, D), (C, 1), (C,)
                 z = (h @ w.t()).to(acc)  # (C, V)
-                probs, loss, nll = softmax_losses(z, t, epsilon)  # (C, V), (C,), (C,)
+                if bias is not None:
+                    z += bias
+                probs, loss, nll = softmax_losses(z, t, epsilon, live)  # (C, V), (C,), (C,)
                 loss_sum += torch.where(k, loss, 0.0).sum()
                 nll_sum += torch.where(k, nll, 0.0).sum()
-                g = logit_gradient_(probs, t, k, epsilon, 1.0, 0.0).to(dtype)
+                g = logit_gradient_(probs, t, k, epsilon, 1.0, 0.0, live).to(dtype)
                 grad_hidden[rows] = g @ w  # (C, D)
                 grad_weight += g.t() @ h  # (V, D)
         return keep_formed_gradients(ctx, grad_hidden, grad_weight, weight.dtype, loss_sum, nll_sum)
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
-        return *formed_gradients(ctx, grad_loss), None, None, None, None, None
+        return *formed_gradients(ctx, grad_loss), None, None, None, None, None, None
 
 
 def output_loss(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int,
-    chunk_bytes: int = 8 * 2**20,
+    chunk_bytes: int = 8 * 2**20, bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``label_smoothed_nll_loss(hidden @ weight^T, ...)`` without the (B*T, V) logits, for training.
 
@@ -155,12 +177,13 @@ def output_loss(
         weight: (V, D) the output projection (the tied target embedding).
         target: (B, T) gold ids, ``ignore_index`` for padding.
         chunk_bytes: the float32 logits of one chunk of rows (8 MiB: 262 rows of an 8k vocabulary).
+        bias: (V,) the model's fixed logits bias (``Decoder.logits_bias``), not trained; None: no bias.
     Returns:
         ``(loss_sum, nll_sum)`` as ``label_smoothed_nll_loss``; only the loss has a gradient. Under autocast
         the matmuls run in its dtype, as ``F.linear`` would.
     """
     flat, target, keep, chunk, dtype = chunked_loss_inputs(hidden, weight, target, ignore_index, chunk_bytes)
-    return _ChunkedOutputLoss.apply(flat, weight, target, keep, float(epsilon), chunk, dtype)
+    return _ChunkedOutputLoss.apply(flat, weight, target, keep, float(epsilon), chunk, dtype, bias)
 
 
 def chunked_loss_inputs(

@@ -27,6 +27,7 @@ from mt.device import resolve_device
 from mt.kernel_cache import bound_kernel_caches
 from mt.model import build_model
 from mt.train.distributed import DistInfo, barrier, init_distributed
+from mt.train.init_from import start_from
 from mt.train.optim import build_optimizer
 from mt.train.step import StepContext
 
@@ -67,17 +68,23 @@ def build_components(cfg: Config) -> Components:
     if tc.precision == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
         logger.warning("train.precision=bf16 on a CPU without AVX512-BF16 or AMX: bf16 matmuls are emulated "
                        "there and can be slower than fp32; give train.precision=fp32 if tokens/s drop")
-    if cfg.model.logits_bias:  # the chunked loss (mt.train.loss) projects without it
-        raise ConfigError(["model.logits_bias=true: training does not cover a fixed output bias yet; a model "
-                           "imported with one translates, serves and exports, but cannot be trained further"])
+    if cfg.model.logits_bias and cfg.optim.rdrop_alpha > 0:  # mt.train.rdrop projects without the bias
+        raise ConfigError([f"optim.rdrop_alpha={cfg.optim.rdrop_alpha}: R-Drop does not cover a model with "
+                           "model.logits_bias=true (an imported model); use optim.rdrop_alpha=0"])
+    start = None
+    if tc.init_from:
+        cfg, start = start_from(cfg, dist)
     data = prepare_data_once(cfg, dist)
-    if not data.tokenizers.joint and cfg.model.share_all_embeddings:
+    if not data.tokenizers.shared_vocabulary and cfg.model.share_all_embeddings:
         logger.info("separate vocabularies: tying only the decoder's input and output embeddings")
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, share_all_embeddings=False))
 
     torch.manual_seed(tc.seed)  # identical initial weights on every rank
     src_vocab, tgt_vocab = data.tokenizers.src.padded_vocab_size, data.tokenizers.tgt.padded_vocab_size
-    model = build_model(cfg.model, src_vocab, tgt_vocab, PAD_ID).to(device)
+    model = build_model(cfg.model, src_vocab, tgt_vocab, PAD_ID)
+    if start is not None:
+        model.load_state_dict(start)  # a resumed run's own checkpoint replaces these (train.checkpointing)
+    model = model.to(device)
     optimizer = build_optimizer(model, cfg.optim)
     scaler = torch.amp.GradScaler("cuda") if tc.precision == "fp16" else None
     train = data.splits["train"]
@@ -125,6 +132,7 @@ def step_context(parts: Components) -> StepContext:
         wrapped = torch.compile(wrapped, dynamic=True)
     return StepContext(
         model=wrapped, output_weight=parts.model.decoder.output_weight, optimizer=parts.optimizer,
+        logits_bias=parts.model.decoder.logits_bias,
         dist=parts.dist, device=parts.device,
         label_smoothing=cfg.optim.label_smoothing, pad_id=PAD_ID, clip_norm=cfg.optim.clip_norm,
         autocast=autocast_factory(cfg.train.precision, parts.device), scaler=parts.scaler,

@@ -49,6 +49,7 @@ class StepContext:
     autocast: Callable[[], contextlib.AbstractContextManager]
     scaler: torch.amp.GradScaler | None = None
     rdrop_alpha: float = 0.0  # > 0: R-Drop (mt.train.rdrop), each batch twice
+    logits_bias: torch.Tensor | None = None  # (V,) the model's fixed logits bias (an imported model's), if any
 
 
 def _multiply_grads(params: Sequence[nn.Parameter], factor: float) -> None:
@@ -71,7 +72,8 @@ def _batch_loss(ctx: StepContext, batch: Batch) -> tuple[torch.Tensor, torch.Ten
             hidden, ctx.output_weight, batch.tgt_out, ctx.label_smoothing, ctx.rdrop_alpha, ctx.pad_id
         )
     hidden = ctx.model(batch.src, batch.src_pad_mask, batch.tgt_in, project_output=False)  # (B, T, D)
-    return output_loss(hidden, ctx.output_weight, batch.tgt_out, ctx.label_smoothing, ctx.pad_id)
+    return output_loss(hidden, ctx.output_weight, batch.tgt_out, ctx.label_smoothing, ctx.pad_id,
+                       bias=ctx.logits_bias)
 
 
 def train_step(ctx: StepContext, micro_batches: Sequence[Batch]) -> StepResult:

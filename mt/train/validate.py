@@ -25,7 +25,7 @@ from mt.data.languages import LanguagePair, data_pairs, is_multilingual
 from mt.decode import Translator
 from mt.eval.scoring import bleu_and_chrf, mean_over_pairs
 from mt.train.distributed import DistInfo, all_gather_objects, all_reduce_sum, broadcast_object
-from mt.train.loss import label_smoothed_nll_loss
+from mt.train.loss import label_smoothed_nll_loss, live_classes
 
 SINGLE = DistInfo()  # one process: no collectives
 
@@ -85,7 +85,8 @@ def valid_loss(
     for indices in sampler.batches(0)[dist.rank :: dist.world_size]:
         batch = collate(split, indices, pad_to_multiple).to(device)
         logits = model(batch.src, batch.src_pad_mask, batch.tgt_in)  # (B, T, V)
-        loss, nll = label_smoothed_nll_loss(logits, batch.tgt_out, label_smoothing, PAD_ID)
+        live = live_classes(model.decoder.logits_bias)
+        loss, nll = label_smoothed_nll_loss(logits, batch.tgt_out, label_smoothing, PAD_ID, live)
         loss_sum, nll_sum, ntokens = loss_sum + float(loss), nll_sum + float(nll), ntokens + batch.ntokens
     loss_sum, nll_sum, ntokens = all_reduce_sum([loss_sum, nll_sum, ntokens], dist, device)
     ntokens = max(ntokens, 1.0)

@@ -123,3 +123,80 @@ def marian_layout(exported: Path, out: Path, seed: int = 0) -> Path:
     transformers.MarianTokenizer(source_spm=str(out / "source.spm"), target_spm=str(out / "target.spm"),
                                  vocab=str(out / "vocab.json"), source_lang="en", target_lang="de").save_pretrained(out)
     return out
+
+
+def fairseq_spm(lines: list[str], vocab_size: int) -> bytes:
+    """A SentencePiece BPE model as M2M-100's and NLLB's ``sentencepiece.bpe.model``: ``<unk> <s> </s>`` first."""
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, model_type="bpe", vocab_size=vocab_size,
+        character_coverage=1.0, minloglevel=2, num_threads=1,
+    )
+    return model.getvalue()
+
+
+NLLB_CODES = {"en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn"}
+
+
+def m2m100_directory(out: Path, multi30k: Path, *, nllb: bool = False, d_model: int = 32, layers: int = 2,
+                     extra_rows: int = 8, std: float = 0.5, eos_bias: float = 8.0, scale_embedding: bool = True,
+                     seed: int = 0) -> Path:
+    """A random ``M2M100ForConditionalGeneration`` saved with its tokenizer at ``out``, one SentencePiece model for
+    en, de and fr captions. M2M-100's layout (``nllb=False``): ``M2M100Tokenizer``'s ``vocab.json`` (fairseq's
+    ``<s> <pad> </s> <unk>``, then the pieces in another order than SentencePiece's), its 100 language codes
+    numbered after it and ``extra_rows`` rows past them (M2M-100's "madeup words"). NLLB's: ``NllbTokenizer``'s
+    ``tokenizer.json`` (SentencePiece's ids + 1), the codes ``eng_Latn deu_Latn fra_Latn`` after the pieces, then
+    ``<mask>``. The decoder's final norm and the ``</s>`` row are drawn so that ``</s>`` gets about ``eos_bias``
+    more in the logits (M2M-100 has no ``final_logits_bias``): outputs end on their own at various lengths."""
+    lines = [line for lang in ("en", "de", "fr") for line in captions(multi30k, lang, 1000)]
+    proto = fairseq_spm(lines, 600)
+    out.mkdir(parents=True)
+    (out / "sentencepiece.bpe.model").write_bytes(proto)
+    if nllb:
+        tokenizer = nllb_tokenizer(out)
+    else:
+        pieces = spm_pieces(proto)
+        order = torch.randperm(len(pieces), generator=torch.Generator().manual_seed(seed)).tolist()
+        vocab = {p: i for i, p in enumerate(["<s>", "<pad>", "</s>", "<unk>", *(pieces[i] for i in order)])}
+        (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        tokenizer = transformers.M2M100Tokenizer(vocab_file=str(out / "vocab.json"),
+                                                 spm_file=str(out / "sentencepiece.bpe.model"), src_lang="en",
+                                                 tgt_lang="de")
+    ids = len(tokenizer) if nllb else tokenizer.vocab_size + len(tokenizer.lang_code_to_id)  # (v5 counts no codes)
+    config = transformers.M2M100Config(
+        vocab_size=ids + extra_rows, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model, max_position_embeddings=128, dropout=0.0, attention_dropout=0.0,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, scale_embedding=scale_embedding,
+    )
+    torch.manual_seed(seed)
+    model = transformers.M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # wider than transformers' init (std 0.02): peaked distributions
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, std)
+            elif "layer_norm" in name:
+                p.normal_(1.0 if name.endswith("weight") else 0.0, 0.2)
+        direction = torch.randn(d_model)
+        model.model.decoder.layer_norm.bias.copy_(direction)
+        model.model.shared.weight[config.eos_token_id] += direction * eos_bias / direction.norm() ** 2
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def nllb_tokenizer(out: Path):
+    """``NllbTokenizer`` (tokenizers' BPE, converted from ``out``'s SentencePiece model) with the codes of
+    ``NLLB_CODES``, renumbered as NLLB numbers them: the codes right after the pieces, then ``<mask>``."""
+    tokenizer = transformers.NllbTokenizer.from_pretrained(out, additional_special_tokens=list(NLLB_CODES.values()),
+                                                           src_lang="eng_Latn", tgt_lang="deu_Latn")
+    tokenizer.save_pretrained(out)
+    fast = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))
+    added = fast["added_tokens"]
+    first = min(t["id"] for t in added if t["content"] in [*NLLB_CODES.values(), "<mask>"])
+    for i, token in enumerate(t for t in added if t["content"] in NLLB_CODES.values()):
+        token["id"] = first + i
+    next(t for t in added if t["content"] == "<mask>")["id"] = first + len(NLLB_CODES)
+    fast["added_tokens"] = sorted(added, key=lambda t: t["id"])
+    (out / "tokenizer.json").write_text(json.dumps(fast, ensure_ascii=False), encoding="utf-8")
+    return transformers.NllbTokenizer.from_pretrained(out)

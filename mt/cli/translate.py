@@ -5,12 +5,15 @@ Examples:
     echo "twenty-one" | mt-translate --exp demo --strategy greedy
     mt-translate --ckpt runs/x/checkpoints/best.pt --beam 5 --lenpen gnmt --alpha 1.0
     mt-translate --ckpt runs/multi/checkpoints/best.pt --target-lang fr --input test.en
+    mt-translate --ckpt m2m100.pt --source-lang en --target-lang fr --input test.en   # mt-import'ed M2M-100
 
 Reads ``--input`` (plain or .gz) or stdin, writes ``--output`` or stdout, one line per input line (empty
 in, empty out). With ``--nbest N`` (> 1) each input gives N lines ``LINE ||| hypothesis ||| score``.
 With a terminal on stdin it translates interactively, line by line. The checkpoint's ``decode``
 settings are the defaults; flags override them. A model of several target languages needs
-``--target-lang`` (e.g. ``fr``): its tag (``>>fr<<``) is put before every source for you. Input is
+``--target-lang`` (e.g. ``fr``): its tag (``>>fr<<``) is put before every source for you; an imported model
+with language codes (M2M-100, NLLB) reads ``--source-lang``'s code before the source (default: the checkpoint's
+first source language) and writes the target's first, which is left out of the output. Input is
 UTF-8 (a BOM and ``\\r\\n`` line ends are accepted); ``--output`` is written only when every line was
 translated.
 """
@@ -79,8 +82,18 @@ def load_translator(args: argparse.Namespace) -> tuple[Translator, Config, list[
     model, tokenizers, cfg = load_models_for_inference(paths, device, pack=True, precision=args.precision,
                                                        native=args.native == "on")
     decode = validate_group("decode", decode_config(cfg.decode, args))
-    translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions)
+    translator = Translator(model, tokenizers, decode, device, max_positions=cfg.model.max_positions,
+                            source_lang=default_source(cfg, args))
     return translator, cfg, paths
+
+
+def default_source(cfg: Config, args: argparse.Namespace) -> str:
+    """The source language a Translator is given (the code a model with language codes reads first): the
+    command's ``--source-lang`` (mt-eval: its ``--pair``'s source), else the checkpoint's first source language."""
+    from mt.data.languages import parse_pair, source_languages
+
+    pair = getattr(args, "pair", None)
+    return getattr(args, "source_lang", None) or (pair and parse_pair(pair).src) or source_languages(cfg.data)[0]
 
 
 def oversubscribed(workers: int, threads: int, cores: int) -> str | None:
@@ -116,7 +129,7 @@ def load_translator_processes(
                               args.native == "on")
     processes = DecodingProcesses(build, workers, threads).start()
     translator = Translator(None, tokenizers, decode, device, max_positions=cfg.model.max_positions,
-                            processes=processes)
+                            processes=processes, source_lang=default_source(cfg, args))
     return translator, cfg, paths
 
 
@@ -157,6 +170,19 @@ def target_language(cfg: Config, asked: str | None) -> str | None:
     from mt.data.languages import check_target
 
     return check_target(cfg.data, asked)
+
+
+def source_language(cfg: Config, asked: str | None) -> str:
+    """``--source-lang`` checked against the model's source languages, else the checkpoint's ``data.src_lang``: the
+    language documents are split into sentences by (the Translator's, ``default_source``, is the same for an
+    imported model with language codes)."""
+    from mt.data.languages import LanguageError, source_languages
+
+    sources = source_languages(cfg.data)
+    if asked is not None and asked not in sources:
+        have = ", ".join(sources[:12]) + (f" and {len(sources) - 12} more" if len(sources) > 12 else "")
+        raise LanguageError(f"source language {asked!r} is not one of this model's: {have}")
+    return asked or cfg.data.src_lang
 
 
 def check_lengths(
@@ -239,7 +265,8 @@ def translate(args: argparse.Namespace) -> None:
 
 def translate_with(translator: Translator, cfg: Config, paths: list[Path], args: argparse.Namespace) -> None:
     target = target_language(cfg, args.target_lang)
-    into = f", into {target}" if target is not None else ""
+    source = source_language(cfg, args.source_lang)
+    into = (f", from {source}" if args.source_lang else "") + (f", into {target}" if target is not None else "")
     processes = translator.processes
     split = f" in {processes.workers} processes of {processes.threads} threads" if processes is not None else ""
     models = str(paths[0]) if len(paths) == 1 else f"an ensemble of {len(paths)} ({', '.join(map(str, paths))})"
@@ -253,11 +280,11 @@ def translate_with(translator: Translator, cfg: Config, paths: list[Path], args:
         return
     document_format = input_format(args)
     if document_format is not None:
-        translate_file(translator, cfg, args, document_format, target)
+        translate_file(translator, source, args, document_format, target)
         return
     lines, name = read_input(args.input)
     if args.split_sentences == "on":
-        lines = split_lines_into_sentences(translator, cfg, lines, target, progress=args.input is not None)
+        lines = split_lines_into_sentences(translator, source, lines, target, progress=args.input is not None)
         with atomic_output(args.output) as out:
             out.writelines(one_line(line) + "\n" for line in lines)
         return
@@ -282,7 +309,7 @@ def input_format(args: argparse.Namespace):
         return None  # not a document's extension (my.en): one sentence a line, as always
 
 
-def translate_file(translator: Translator, cfg: Config, args: argparse.Namespace, document_format,
+def translate_file(translator: Translator, source: str, args: argparse.Namespace, document_format,
                    target: str | None) -> None:
     """``--input`` read as a document, translated sentence by sentence, written back in its format."""
     from mt.cli.documents import translate_document
@@ -295,13 +322,13 @@ def translate_file(translator: Translator, cfg: Config, args: argparse.Namespace
     if args.output is None and document_format.name in BINARY_FORMATS and sys.stdout.isatty():
         raise UserError(f"a {document_format.name} file is binary: give --output FILE")
     document = document_format.read(data, name)
-    translated = translate_document(translator, document, cfg.data.src_lang, target,
+    translated = translate_document(translator, document, source, target,
                                     progress=args.input is not None, split=args.split_sentences != "off")
     with atomic_binary_output(args.output) as out:
         out.write(translated)
 
 
-def split_lines_into_sentences(translator: Translator, cfg: Config, lines: Sequence[str], target: str | None,
+def split_lines_into_sentences(translator: Translator, source: str, lines: Sequence[str], target: str | None,
                                progress: bool) -> list[str]:
     """``--split-sentences on`` for lines: each line's sentences translated and joined into its line again."""
     from mt.cli.documents import plan_document, translate_plan
@@ -309,7 +336,7 @@ def split_lines_into_sentences(translator: Translator, cfg: Config, lines: Seque
     from mt.document.plain import TextDocument
 
     document = TextDocument([Unit(line) for line in lines])
-    plan = plan_document(translator, document, cfg.data.src_lang, target)
+    plan = plan_document(translator, document, source, target)
     return [unit.text for unit in plan.assemble(translate_plan(translator, plan, target, progress))]
 
 
@@ -332,6 +359,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--target-lang", metavar="LANG",
                         help="target language of a model with several (e.g. fr; required for one); "
                              "a one-target model accepts only its own")
+    parser.add_argument("--source-lang", metavar="LANG",
+                        help="source language, one of the model's (default: the checkpoint's): the code an "
+                             "imported model with language codes (M2M-100, NLLB) reads first; how documents are "
+                             "split into sentences")
     add_workers_flag(parser)
     add_decode_args(parser)
     return parser.parse_args(argv)

@@ -5,10 +5,17 @@ cuts text into pieces, and a separate vocabulary (Marian's ``vocab.json``, fairs
 each piece its model id; a piece the vocabulary lacks is ``<unk>``. ``VocabTokenizer`` is that pipeline
 with mt's fixed special ids: ``vocab[i]`` is the piece of model id ``i``, and ``vocab[:4]`` are mt's
 ``<pad> <unk> <s> </s>`` (``mt.pretrained`` permutes the imported embedding rows to match).
+
+The vocabulary's entries that SentencePiece never makes (its added tokens) are special when named like one:
+a language code, M2M-100's ``__en__`` or NLLB's ``eng_Latn`` (``language_codes``: the source starts with the
+source language's code, the target with the target language's, ``mt.decode.translator``), or a control name:
+NLLB's ``<mask>``, or fairseq's ``<s>`` kept as ``<s:0>`` (``mt.pretrained.vocab``). ``decode`` leaves them out,
+as transformers' ``skip_special_tokens`` does.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -16,6 +23,8 @@ import numpy as np
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+LANGUAGE_CODE = re.compile(r"__(?P<m2m>[a-z]{2,3})__|(?P<nllb>[a-z]{3}_[A-Z][a-z]{3})")  # __en__, eng_Latn
+CONTROL_NAME = re.compile(r"<mask>|</?[a-z]+:[0-9]+>")  # NLLB's <mask>; fairseq's <s> kept as <s:0> (mt.pretrained)
 
 
 class VocabTokenizer(Tokenizer):
@@ -39,9 +48,18 @@ class VocabTokenizer(Tokenizer):
             raise ValueError("a vocabulary holds each piece once")
         self._vocab = vocab
         self._ids = {piece: i for i, piece in enumerate(vocab)}
-        pieces = (self._sp.id_to_piece(j) for j in range(self._sp.get_piece_size()))
+        pieces = [self._sp.id_to_piece(j) for j in range(self._sp.get_piece_size())]
         self._from_spm = np.array([self._ids.get(p, UNK_ID) for p in pieces], dtype=np.int64)  # spm id -> model id
         self._from_spm[self._sp.unk_id()] = UNK_ID
+        made = {p for j, p in enumerate(pieces) if not (self._sp.is_control(j) or self._sp.is_unknown(j))}
+        added = [(i, piece) for i, piece in enumerate(vocab) if i not in SPECIAL_PIECES and piece not in made]
+        self._codes = {code.group("m2m") or piece: i for i, piece in added if (code := LANGUAGE_CODE.fullmatch(piece))}
+        self._skipped = {i for i, piece in added if CONTROL_NAME.fullmatch(piece)} | set(self._codes.values())
+
+    @property
+    def language_codes(self) -> dict[str, int]:
+        """Language (``en``, ``eng_Latn``) -> the id of its code token (a copy; {} for a vocabulary with none)."""
+        return dict(self._codes)
 
     @property
     def vocab(self) -> list[str]:
@@ -95,8 +113,9 @@ class VocabTokenizer(Tokenizer):
 
     def decode_with_spans(self, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
         """As Marian's tokenizer decodes: a piece the target SentencePiece model lacks (one of the source's, in a
-        shared vocabulary) keeps its ``▁``, which becomes a space; the text is stripped."""
-        text, spans = super().decode_with_spans(ids)
+        shared vocabulary) keeps its ``▁``, which becomes a space; the text is stripped. Language codes and control
+        names are left out (an empty span)."""
+        text, spans = super().decode_with_spans([PAD_ID if i in self._skipped else i for i in ids])
         spaced = text.replace("\u2581", " ")
         start, end = len(spaced) - len(spaced.lstrip()), len(spaced.rstrip())
         return spaced[start:end], [(min(max(a - start, 0), end - start), min(max(b - start, 0), end - start))

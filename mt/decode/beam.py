@@ -32,6 +32,7 @@ penalised score; ``fairseq``).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,9 @@ from mt.decode.common import (
     ban_eos_,
     fill_from_the_end,
     force_eos_,
+    force_first_,
+    forced_limits,
+    forced_tokens,
     max_output_lengths,
     min_output_lengths,
     rows_below,
@@ -67,13 +71,14 @@ def _select_candidates(
     vocab_size: int | None,
     at_limit: Tensor | None,
     too_short: Tensor | None,
+    forced: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Top 2K continuations per sentence.
 
     scores (B', r) cumulative log-probs of each sentence's r rows (r = 1 at step 0, else K), logits
     (B'*r, V) of the step, at_limit (B'*r,) bool rows that may only end, too_short (B'*r,) bool rows
-    that may not end yet (each or None) -> (cand_scores, cand_row, cand_tok), each (B', 2K), best
-    first; cand_row in [0, r).
+    that may not end yet, forced (B'*r,) the token a row must produce (-1: any; ``force_first_``) (each or
+    None) -> (cand_scores, cand_row, cand_tok), each (B', 2K), best first; cand_row in [0, r).
 
     Every one of a sentence's top 2K candidates is among its own row's top 2K tokens, so each row is
     cut to its top 2K first (``topk_rows``): the final top-k runs over 2K*r values instead of r*V.
@@ -84,6 +89,8 @@ def _select_candidates(
         force_eos_(lprobs, at_limit)
     if too_short is not None:
         ban_eos_(lprobs, too_short)
+    if forced is not None:
+        force_first_(lprobs, forced)
     k2 = min(2 * beam, lprobs.size(-1))
     top_lprobs, top_tok = topk_rows(lprobs, k2)  # (B'*r, 2K)
     cand = (scores.view(-1, 1) + top_lprobs).view(n, rows * k2)  # (B', r*2K)
@@ -137,6 +144,7 @@ def beam_search(
     vocab_size: int | None = None,
     live: list[int] | None = None,
     on_done: SentencesDone | None = None,
+    forced: Sequence[int | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best lists (best first, ``cfg.nbest`` each) for src (B, S) with src_pad_mask (B, S).
 
@@ -145,22 +153,23 @@ def beam_search(
     ids ``>= vocab_size`` (the tokenizer's size) are never generated. The algorithm: the module
     docstring; the stopping rules: ``mt.decode.stopping``. ``live`` (continuous batching,
     ``mt.decode.refill``): sentence i joins the decoding once fewer than ``live[i]`` are being decoded;
-    ``on_done`` hears sentences' n-best lists as soon as they are final.
+    ``on_done`` hears sentences' n-best lists as soon as they are final. ``forced``: each sentence's forced first
+    token or None (``mt.decode.common``: its step 0 has one candidate, which the C++ loop does not take).
     """
     check_penalty(cfg.length_penalty)
     if not 1 <= cfg.nbest <= cfg.beam_size:
         raise ValueError(f"need 1 <= nbest <= beam_size, got nbest={cfg.nbest}, beam_size={cfg.beam_size}")
     max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
-    min_len = min_output_lengths(cfg.min_len, max_len)
+    max_len, min_len = forced_limits(max_len, min_output_lengths(cfg.min_len, max_len), forced, max_positions)
     finished = Finished(
         max_len, min_len, beam=cfg.beam_size, nbest=cfg.nbest, penalty=cfg.length_penalty, alpha=cfg.alpha,
-        stopping=cfg.stopping,
+        stopping=cfg.stopping, forced=forced,
     )
     queue = SentenceQueue(src, src_pad_mask, live)
     while queue:
         active = queue.take(0)
         enc = queue.encoded(model.encode, active)  # (B', S, D): one row per sentence, throughout
-        if _decode_native(model, enc, active, finished, cfg, vocab_size, on_done):
+        if not finished.forces(active) and _decode_native(model, enc, active, finished, cfg, vocab_size, on_done):
             continue
         _decode_beams(model, queue, active, enc, finished, cfg.beam_size, vocab_size, on_done)
     return [finished.nbest(s) for s in range(src.size(0))]
@@ -204,6 +213,16 @@ def _length_masks(
     return at_limit, rows_below(steps, [finished.min_len[s] for s in active], rows, device)
 
 
+def _forced_rows(finished: Finished, active: list[int], steps: list[int], rows: int, device: torch.device
+                 ) -> Tensor | None:
+    """(B'*r,) the forced first token of each row whose sentence is at its own step 0 (-1 for the others), or None
+    when no row has one."""
+    if 0 not in steps or not finished.forces([s for s, n in zip(active, steps, strict=True) if n == 0]):
+        return None
+    first = forced_tokens(finished.forced, active, device).masked_fill(torch.tensor(steps, device=device) != 0, -1)
+    return first.repeat_interleave(rows)  # (B'*r,)
+
+
 def _decode_beams(
     model: DecodableModel, queue: SentenceQueue, active: list[int], enc: EncodedRows, finished: Finished, beam: int,
     vocab_size: int | None, on_done: SentencesDone | None,
@@ -222,7 +241,10 @@ def _decode_beams(
         logits = model.decode(tokens[:, -1:], enc, cache)[:, -1, :]  # (B'*r, V)
         steps = [step - b for b in born]  # each sentence's own step
         at_limit, too_short = _length_masks(finished, active, steps, rows, device)
-        cand_scores, cand_beam, cand_tok = _select_candidates(scores, logits, beam, vocab_size, at_limit, too_short)
+        forced = _forced_rows(finished, active, steps, rows, device)
+        cand_scores, cand_beam, cand_tok = _select_candidates(
+            scores, logits, beam, vocab_size, at_limit, too_short, forced
+        )
         _finalize(finished, active, born, origin, tokens, cand_scores, cand_beam, cand_tok, beam, rows)
 
         live = _live_positions(cand_tok, beam)  # (B', K)

@@ -10,6 +10,12 @@ positions). A hypothesis holds at most ``max_len`` pieces: at step ``max_len`` o
 Minimum: EOS is banned before ``min_len`` pieces (default 1: a non-empty source never gets an empty
 output), never past ``max_len``.
 
+A forced first token (``forced[i]``, per sentence; M2M-100 and NLLB's target language code): the sentence's
+first step may only produce that id, scored 0 (log-prob 0, as transformers' ``forced_bos_token_id``); it counts
+in the length penalty's |Y| and is decoded on top of ``max_len`` and ``min_len`` (``forced_limits``), but is left
+out of the hypothesis (its ``tokens`` are the pieces after it). The C++ searches do not take it: a batch with one
+decodes in Python.
+
 Scores: log-probs are taken in float32 (``log_softmax`` of the float32 logits); PAD, BOS and the
 embedding's padding ids (``>= vocab_size`` when the search is given the tokenizer's size) are never
 generated (their log-probs are set to -inf *after* the softmax, without renormalising, so a reported
@@ -19,6 +25,7 @@ log-prob is the model's own); UNK is allowed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -85,6 +92,36 @@ def min_output_lengths(min_len: int, max_len: list[int]) -> list[int]:
     if min_len < 0:
         raise ValueError(f"decode.min_len must be >= 0, got {min_len}")
     return [min(min_len, limit) for limit in max_len]
+
+
+def forced_limits(
+    max_len: list[int], min_len: list[int], forced: Sequence[int | None] | None, max_positions: int | None = None
+) -> tuple[list[int], list[int]]:
+    """``max_len`` and ``min_len`` one longer for the sentences with a forced first token (``forced[i]`` not None):
+    it is decoded first, then as many pieces as any sentence may have (the decoder input still fits
+    ``max_positions``)."""
+    if forced is None:
+        return max_len, min_len
+    longer = [limit if first is None else limit + 1 for limit, first in zip(max_len, forced, strict=True)]
+    if max_positions is not None:
+        longer = [min(limit, max_positions - 1) for limit in longer]
+    shortest = [min(n + (first is not None), limit) for n, first, limit in zip(min_len, forced, longer, strict=True)]
+    return longer, shortest
+
+
+def forced_tokens(forced: Sequence[int | None] | None, sentences: Sequence[int], device: torch.device) -> Tensor:
+    """The forced first token of each of ``sentences`` (n,) long, -1 for none (``force_first_``)."""
+    ids = [-1 if forced is None or forced[s] is None else forced[s] for s in sentences]
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
+def force_first_(scores: Tensor, tokens: Tensor) -> Tensor:
+    """In place: a row of ``scores`` (N, V) whose ``tokens`` (N,) entry is an id (not -1) may only produce that id,
+    scored 0 (a forced first token, see the module doc); the other rows are left as they are."""
+    rows = (tokens >= 0).nonzero().squeeze(1)  # (n,)
+    scores[rows] = NEG_INF
+    scores[rows, tokens[rows]] = 0.0
+    return scores
 
 
 def rows_below(steps: list[int], limits: list[int], rows: int, device: torch.device) -> Tensor | None:
@@ -196,6 +233,9 @@ __all__ = [
     "ban_eos_",
     "fill_from_the_end",
     "force_eos_",
+    "force_first_",
+    "forced_limits",
+    "forced_tokens",
     "log_probs",
     "max_output_lengths",
     "min_output_lengths",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,9 @@ from mt.decode.common import (
     ban_eos_,
     fill_from_the_end,
     force_eos_,
+    force_first_,
+    forced_limits,
+    forced_tokens,
     log_probs,
     max_output_lengths,
     min_output_lengths,
@@ -58,6 +61,7 @@ def decode_single_path(
     on_done: SentencesDone | None = None,
     scores: bool = True,
     native: bool = False,
+    forced: Sequence[int | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """One hypothesis per sentence of src (B, S), each next token picked by ``choose``.
 
@@ -70,15 +74,19 @@ def decode_single_path(
     row, unless float32 rounding makes the two largest log-probs equal. Scores and logprobs are NaN.
     ``native`` (``choose`` picking the first largest entry): a model with a C++ greedy loop
     (``Seq2SeqTransformer.native_greedy``) decodes each batch (``live[i]`` sentences) whole in it, no refill:
-    the same tokens, every step without Python.
+    the same tokens, every step without Python. ``forced``: each sentence's forced first token or None
+    (``mt.decode.common``; ``max_len`` and ``min_len`` count it, as ``forced_limits`` makes them), which the C++
+    loop does not take.
     """
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
-    limits = _Limits(max_len, min_len, penalty, alpha, scores)
+    limits = _Limits(max_len, min_len, penalty, alpha, scores, forced)
     queue = SentenceQueue(src, src_pad_mask, live)
     while queue:
         sentences = queue.take(0)
         enc = queue.encoded(model.encode, sentences)
-        if native and _decode_native(model, enc, sentences, results, limits, vocab_size, on_done):
+        if native and not limits.forces(sentences) and _decode_native(
+            model, enc, sentences, results, limits, vocab_size, on_done
+        ):
             continue
         _decode_rows(model, queue, sentences, enc, choose, results, limits, vocab_size, on_done)
     return results
@@ -100,7 +108,8 @@ def _decode_native(
     if found is None:
         return False
     done = [
-        (sent, [limits.hypothesis(pieces, logprob)]) for sent, pieces, logprob in zip(sentences, *found, strict=True)
+        (sent, [limits.hypothesis(sent, pieces, logprob)])
+        for sent, pieces, logprob in zip(sentences, *found, strict=True)
     ]
     for sent, hyps in done:
         results[sent] = hyps
@@ -111,18 +120,26 @@ def _decode_native(
 
 @dataclass
 class _Limits:
-    """Per sentence: pieces at most, pieces before EOS is allowed; the length penalty of the score."""
+    """Per sentence: pieces at most, pieces before EOS is allowed, the forced first token (or None); the length
+    penalty of the score."""
 
     max_len: list[int]
     min_len: list[int]
     penalty: str
     alpha: float
     scores: bool = True  # False: no log-probs, NaN scores (``decode_single_path``)
+    forced: Sequence[int | None] | None = None
 
-    def hypothesis(self, tokens: list[int], logprob: float) -> Hypothesis:
+    def forces(self, sentences: list[int]) -> bool:
+        """Whether one of ``sentences`` has a forced first token."""
+        return self.forced is not None and any(self.forced[s] is not None for s in sentences)
+
+    def hypothesis(self, sent: int, tokens: list[int], logprob: float) -> Hypothesis:
+        """``sent``'s output ``tokens`` (its forced first token, if any, first: counted in |Y|, then left out)."""
+        pieces = tokens[1:] if self.forces([sent]) else tokens
         if not self.scores:
-            return Hypothesis(tokens, math.nan, math.nan)
-        return Hypothesis(tokens, logprob / length_penalty(len(tokens) + 1, self.penalty, self.alpha), logprob)
+            return Hypothesis(pieces, math.nan, math.nan)
+        return Hypothesis(pieces, logprob / length_penalty(len(tokens) + 1, self.penalty, self.alpha), logprob)
 
 
 @dataclass
@@ -135,6 +152,7 @@ class _Rows:
     shortest: Tensor  # (B',) the step before which it may not end: born + min_len
     tokens: Tensor  # (B', t + 1) its tokens, column j holding step ``origin + j``'s input
     logprob: Tensor  # (B',)
+    forced: Tensor  # (B',) its forced first token, -1 for none
     origin: int = 0
 
     @classmethod
@@ -145,19 +163,20 @@ class _Rows:
             torch.tensor(sentences, device=device), torch.full((n,), step, device=device),
             torch.tensor([step + limits.max_len[s] for s in sentences], device=device),
             torch.tensor([step + limits.min_len[s] for s in sentences], device=device),
-            start_tokens(n, device), torch.zeros(n, device=device), origin=step,
+            start_tokens(n, device), torch.zeros(n, device=device),
+            forced_tokens(limits.forced, sentences, device), origin=step,
         )
 
     def keep(self, index: Tensor) -> None:
         """Keep rows ``index`` (B'',)."""
-        for name in ("sentence", "born", "limit", "shortest", "tokens", "logprob"):
+        for name in ("sentence", "born", "limit", "shortest", "tokens", "logprob", "forced"):
             setattr(self, name, getattr(self, name)[index])
 
     def extend(self, new: _Rows) -> None:
         """Append ``new`` rows, which start at the next step: the token columns no row reads go."""
         first = int(self.born.min())
         self.tokens, self.origin = self.tokens[:, first - self.origin :], first
-        for name in ("sentence", "born", "limit", "shortest", "logprob"):
+        for name in ("sentence", "born", "limit", "shortest", "logprob", "forced"):
             setattr(self, name, torch.cat([getattr(self, name), getattr(new, name)]))
         joining = joining_tokens(new.tokens.size(0), self.tokens.size(1), self.tokens.device)  # BOS last
         self.tokens = torch.cat([self.tokens, joining])
@@ -167,7 +186,7 @@ class _Rows:
         histories = self.tokens[rows, :-1].tolist()
         starts = (self.born[rows] - self.origin + 1).tolist()  # the column after each row's BOS
         return [
-            (sent, [limits.hypothesis(history[start:], lp)])
+            (sent, [limits.hypothesis(sent, history[start:], lp)])
             for sent, start, history, lp in zip(
                 self.sentence[rows].tolist(), starts, histories, self.logprob[rows].tolist(), strict=True
             )
@@ -183,6 +202,7 @@ def _decode_rows(
     device = queue.src.device
     rows = _Rows.starting(sentences, 0, limits, device)
     ban_until = max(limits.min_len[s] for s in sentences)  # the step before which some row may not end
+    forcing = 0 if limits.forces(sentences) else -1  # the step at which rows start with a forced first token
     cache = model.new_cache()
 
     for step in itertools.count():
@@ -194,6 +214,8 @@ def _decode_rows(
             force_eos_(candidates, at_limit)
         if step < ban_until:
             ban_eos_(candidates, step < rows.shortest)
+        if step == forcing:
+            force_first_(candidates, rows.forced.masked_fill(rows.born != step, -1))
         tok = choose(candidates)  # (B',)
         if limits.scores:
             rows.logprob = rows.logprob + candidates.gather(1, tok.unsqueeze(1)).squeeze(1)
@@ -216,6 +238,7 @@ def _decode_rows(
             model.join(enc, cache, queue.encoded(model.encode, joining))
             rows.extend(_Rows.starting(joining, step + 1, limits, device))
             ban_until = max(ban_until, step + 1 + max(limits.min_len[s] for s in joining))
+            forcing = step + 1 if limits.forces(joining) else forcing
 
 
 def _argmax(lprobs: Tensor) -> Tensor:
@@ -234,14 +257,17 @@ def greedy_search(
     live: list[int] | None = None,
     on_done: SentencesDone | None = None,
     scores: bool = True,
+    forced: Sequence[int | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """The greedy output of each sentence of src (B, S), as a one-element n-best list.
 
     Uses ``cfg.length_penalty``, ``alpha`` (the score), ``max_len_a``, ``max_len_b``, ``min_len``;
     ``live``: continuous batching (``mt.decode.refill``); ``on_done``: sentences as soon as they end;
-    ``scores=False``: the same tokens without the log-softmax, NaN scores (``decode_single_path``)."""
+    ``scores=False``: the same tokens without the log-softmax, NaN scores (``decode_single_path``);
+    ``forced``: each sentence's forced first token or None (``mt.decode.common``)."""
     return decode_with_config(
-        model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live, on_done, scores=scores, native=True
+        model, src, src_pad_mask, _argmax, cfg, max_positions, vocab_size, live, on_done, scores=scores, native=True,
+        forced=forced,
     )
 
 
@@ -249,13 +275,15 @@ def decode_with_config(
     model: DecodableModel, src: Tensor, src_pad_mask: Tensor, choose: Chooser, cfg: DecodeConfig,
     max_positions: int | None, vocab_size: int | None, live: list[int] | None = None,
     on_done: SentencesDone | None = None, *, scores: bool = True, native: bool = False,
+    forced: Sequence[int | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """``decode_single_path`` with the limits and the penalty of ``cfg`` (greedy and sampling share it)."""
     check_penalty(cfg.length_penalty)
     max_len = max_output_lengths(src_pad_mask, cfg.max_len_a, cfg.max_len_b, max_positions)
+    max_len, min_len = forced_limits(max_len, min_output_lengths(cfg.min_len, max_len), forced, max_positions)
     return decode_single_path(
         model, src, src_pad_mask, choose,
-        max_len=max_len, min_len=min_output_lengths(cfg.min_len, max_len),
+        max_len=max_len, min_len=min_len,
         penalty=cfg.length_penalty, alpha=cfg.alpha, vocab_size=vocab_size, live=live,
-        on_done=on_done, scores=scores, native=native,
+        on_done=on_done, scores=scores, native=native, forced=forced,
     )

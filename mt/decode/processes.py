@@ -30,7 +30,7 @@ import queue
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mt.config import DecodeConfig
@@ -78,12 +78,13 @@ def _worker_main(rank: int, build: Callable[[], Translator], threads: int, inbox
         return
     outbox.put(("ready", rank, None, None))
     while (job := inbox.get()) is not None:
-        call, cfg, sources, scores = job
+        call, cfg, sources, scores, forced = job
         try:
             seeded = dataclasses.replace(cfg, seed=cfg.seed + rank)
             cpu = time.process_time()
             translator.with_config(seeded).decode_sources(
-                sources, on_batch=lambda done, call=call: outbox.put(("lines", rank, call, done)), scores=scores
+                sources, on_batch=lambda done, call=call: outbox.put(("lines", rank, call, done)), scores=scores,
+                forced=forced,
             )
             outbox.put(("done", rank, call, time.process_time() - cpu))
         except BaseException as e:  # noqa: BLE001
@@ -143,16 +144,18 @@ class DecodingProcesses:
             ready += kind == "ready"
         return self
 
-    def decode(self, cfg: DecodeConfig, sources: list[list[int]], on_lines: LinesDone, scores: bool = True) -> None:
+    def decode(self, cfg: DecodeConfig, sources: list[list[int]], on_lines: LinesDone, scores: bool = True,
+               forced: Sequence[int | None] | None = None) -> None:
         """Decode ``sources`` (non-empty piece ids, as ``Translator.encode_lines`` gives them) under ``cfg``;
         ``on_lines`` gets ``(index into sources, Translation)`` pairs as workers finish them, each once;
-        ``scores`` as in ``Translator.decode_sources``."""
+        ``scores`` and ``forced`` (each source's forced first target token) as in ``Translator.decode_sources``."""
         self.start()
         self._calls += 1
         shares = self._shares(sources)
         for inbox, share in zip(self._inboxes, shares, strict=True):
             if share:
-                inbox.put((self._calls, cfg, [sources[i] for i in share], scores))
+                first = [forced[i] for i in share] if forced is not None else None
+                inbox.put((self._calls, cfg, [sources[i] for i in share], scores, first))
         pending = sum(1 for share in shares if share)
         try:
             while pending:

@@ -10,6 +10,8 @@ the same samples.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -63,11 +65,13 @@ def sample(
     max_positions: int | None = None,
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
+    forced: Sequence[int | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """One sampled output per sentence of src (B, S); ``generator`` defaults to one seeded with cfg.seed.
 
-    Uses ``cfg.temperature``, ``top_k``, ``top_p``, ``seed`` and the limits and penalty as greedy does."""
+    Uses ``cfg.temperature``, ``top_k``, ``top_p``, ``seed`` and the limits and penalty as greedy does;
+    ``forced``: each sentence's forced first token or None (``mt.decode.common``)."""
     if generator is None:
         generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
     choose = make_sampler(cfg.temperature, cfg.top_k, cfg.top_p, generator)
-    return decode_with_config(model, src, src_pad_mask, choose, cfg, max_positions, vocab_size)
+    return decode_with_config(model, src, src_pad_mask, choose, cfg, max_positions, vocab_size, forced=forced)

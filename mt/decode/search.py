@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -32,6 +34,7 @@ def search(
     live: list[int] | None = None,
     on_done: SentencesDone | None = None,
     scores: bool = True,
+    forced: Sequence[int | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode src (B, S) with ``cfg.strategy``: one n-best list per sentence, best first.
 
@@ -41,10 +44,11 @@ def search(
     batching for beam and greedy search (``mt.decode.refill``; sampling decodes the batch whole);
     ``on_done``: beam and greedy search report sentences as soon as they are final (sampling does not);
     ``scores=False``: greedy search skips the log-softmax and gives NaN scores (the tokens are the same;
-    beam search and sampling need the log-probs and compute them anyway).
+    beam search and sampling need the log-probs and compute them anyway); ``forced``: each sentence's forced
+    first token or None (a target language's code, ``mt.decode.common``), left out of its hypotheses.
     """
     check_strategy(cfg.strategy)
-    limits = dict(max_positions=max_positions, vocab_size=vocab_size)
+    limits = dict(max_positions=max_positions, vocab_size=vocab_size, forced=forced)
     if cfg.strategy == "beam":
         return beam_search(model, src, src_pad_mask, cfg, live=live, on_done=on_done, **limits)
     if cfg.strategy == "greedy":

@@ -34,6 +34,8 @@ same quality within noise, and the shortcut is the fastest.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mt.decode.common import NEG_INF, Hypothesis
 from mt.decode.length_penalty import length_penalty
 
@@ -47,23 +49,32 @@ def check_stopping(name: str) -> None:
 
 
 class Finished:
-    """Per-sentence finished hypotheses (the ``beam`` best by score) and the stopping rule over them."""
+    """Per-sentence finished hypotheses (the ``beam`` best by score) and the stopping rule over them.
+
+    ``forced``: each sentence's forced first token or None (``mt.decode.common``): ``max_len``, ``min_len`` and the
+    scores count it, the hypotheses leave it out."""
 
     def __init__(
         self, max_len: list[int], min_len: list[int], *, beam: int, nbest: int, penalty: str, alpha: float,
-        stopping: str,
+        stopping: str, forced: Sequence[int | None] | None = None,
     ) -> None:
         check_stopping(stopping)
         self.hyps: list[list[Hypothesis]] = [[] for _ in max_len]
         self.max_len, self.min_len = max_len, min_len
         self.beam, self.n_best = beam, nbest
         self.penalty, self.alpha, self.stopping = penalty, alpha, stopping
+        self.forced = forced
+
+    def forces(self, sentences: list[int]) -> bool:
+        """Whether one of ``sentences`` has a forced first token."""
+        return self.forced is not None and any(self.forced[s] is not None for s in sentences)
 
     def add(self, sent: int, tokens: list[int], logprob: float) -> None:
-        """Record ``tokens`` (pieces, no EOS) ended by EOS, keeping the sentence's K best by score."""
+        """Record ``tokens`` (pieces, no EOS; the forced first token first, if any) ended by EOS, keeping the
+        sentence's K best by score."""
         lp = length_penalty(len(tokens) + 1, self.penalty, self.alpha)
         hyps = self.hyps[sent]
-        hyps.append(Hypothesis(tokens, logprob / lp, logprob))
+        hyps.append(Hypothesis(tokens[1:] if self.forces([sent]) else tokens, logprob / lp, logprob))
         if len(hyps) > self.beam:
             hyps.remove(min(hyps, key=lambda h: h.score))
 

@@ -9,6 +9,11 @@ Where ``cfg.refill`` names the strategy, up to ``POOL_BATCHES`` batches are deco
 whose sentences join as others finish (continuous batching, ``mt.decode.refill``). ``on_batch`` hears of
 each batch as it is done, or with refill of lines as they end (a server answers a request once its
 lines are).
+
+Languages: a multilingual mt model (or Marian's) reads a target tag before its source (``>>fr<<``,
+``mt.data.languages``); a model with language codes (M2M-100, NLLB: ``VocabTokenizer.language_codes``) reads
+its source language's code before the source and writes the target language's code first, which the search
+forces (``forced`` in ``mt.decode.search``: scored 0, left out of the output).
 """
 
 from __future__ import annotations
@@ -92,6 +97,8 @@ class Translator:
         max_src_len: longest source in pieces (EOS excluded); default ``max_positions - 1``, or no limit.
         processes: decoding processes (``mt.decode.processes``), each holding the model: this process
             then only encodes the lines and gathers the translations.
+        source_lang: the source language of a model with language codes (M2M-100, NLLB), whose code starts every
+            source unless a call names another; other models do not read it.
     """
 
     def __init__(
@@ -104,6 +111,7 @@ class Translator:
         max_positions: int | None = None,
         max_src_len: int | None = None,
         processes: DecodingProcesses | None = None,
+        source_lang: str | None = None,
     ) -> None:
         check_strategy(cfg.strategy)
         check_penalty(cfg.length_penalty)
@@ -121,51 +129,60 @@ class Translator:
         if max_src_len is None and max_positions is not None:
             max_src_len = max_positions - 1  # the source's EOS takes a position too
         self.max_src_len = max_src_len
+        self.source_lang = source_lang
+        self._codes: dict[str, int] = getattr(tokenizers.src, "language_codes", {})  # language -> its code's id
 
     def close(self) -> None:
         """Stop the decoding processes, if any (``contextlib.closing`` calls this)."""
         if self.processes is not None:
             self.processes.close()
 
-    def translate(self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None) -> list[str]:
+    def translate(self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None,
+                  source_lang: str | None = None) -> list[str]:
         """The best translation of every line, in input order (empty line -> empty line).
 
-        ``target_lang`` (a multilingual model's target, e.g. ``fr``) puts its tag before every source; a
-        sequence of them (one per line) asks each line for its own target, in one batch.
+        ``target_lang`` (a multilingual model's target, e.g. ``fr``) puts its tag before every source (a model
+        with language codes: its code first in every output); a sequence of them (one per line) asks each line
+        for its own target, in one batch. ``source_lang``: the source's code, for a model with language codes
+        (default: the translator's ``source_lang``).
         """
-        return [t.text for t in self.translate_nbest(lines, progress, target_lang, scores=False)]
+        return [t.text for t in self.translate_nbest(lines, progress, target_lang, scores=False,
+                                                     source_lang=source_lang)]
 
     def translate_nbest(
         self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None,
-        on_batch: BatchDone | None = None, scores: bool = True,
+        on_batch: BatchDone | None = None, scores: bool = True, source_lang: str | None = None,
     ) -> list[Translation]:
         """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line.
 
         ``on_batch`` (if given) gets the lines of each decoded batch as soon as it is done (with refill,
         ``cfg.refill``: lines as they end), empty lines first; every line is in exactly one call.
         ``scores=False``: greedy search skips the log-softmax, and its hypotheses' scores are NaN
-        (``mt.decode.greedy``); beam search and sampling score anyway.
+        (``mt.decode.greedy``); beam search and sampling score anyway. Languages as in ``translate``.
         """
-        return self.decode_sources(self.encode_lines(lines, target_lang), progress, on_batch, scores)
+        targets = line_targets(target_lang, len(lines))
+        sources = self.encode_lines(lines, targets, source_lang)
+        return self.decode_sources(sources, progress, on_batch, scores, self.forced_first(targets))
 
     def with_config(self, cfg: DecodeConfig) -> Translator:
-        """This translator (the same model, tokenizers and limits) with other search settings."""
+        """This translator (the same model, tokenizers, limits and languages) with other search settings."""
         return Translator(self.model, self.tokenizers, cfg, self.device, max_positions=self.max_positions,
-                          max_src_len=self.max_src_len, processes=self.processes)
+                          max_src_len=self.max_src_len, processes=self.processes, source_lang=self.source_lang)
 
     def decode_sources(
         self, sources: list[list[int]], progress: bool = False, on_batch: BatchDone | None = None,
-        scores: bool = True,
+        scores: bool = True, forced: Sequence[int | None] | None = None,
     ) -> list[Translation]:
-        """``translate_nbest`` of sources already encoded (``encode_lines``; [] for an empty line); with
-        ``processes``, their sentences are shared out among the decoding processes."""
+        """``translate_nbest`` of sources already encoded (``encode_lines``; [] for an empty line), ``forced``
+        the first target token of each (``forced_first``) or None; with ``processes``, their sentences are
+        shared out among the decoding processes."""
         results = [Translation([], [], 0) for _ in sources]
         todo = [i for i, ids in enumerate(sources) if ids]
         empty = [(i, results[i]) for i, ids in enumerate(sources) if not ids]
         if on_batch is not None and empty:
             on_batch(empty)
         if self.processes is not None:
-            self._decode_in_processes(sources, todo, results, progress, on_batch, scores)
+            self._decode_in_processes(sources, todo, results, progress, on_batch, scores, forced)
             return results
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
         was_training = self.model.training
@@ -175,14 +192,14 @@ class Translator:
                 total=len(todo), unit="sent", disable=not progress, file=sys.stderr
             ) as bar:
                 for pool in self._pools(self._batches(todo, sources)):
-                    self._translate_pool(sources, pool, generator, results, on_batch, bar.update, scores)
+                    self._translate_pool(sources, pool, generator, results, on_batch, bar.update, scores, forced)
         finally:
             self.model.train(was_training)
         return results
 
     def _decode_in_processes(
         self, sources: list[list[int]], todo: list[int], results: list[Translation], progress: bool,
-        on_batch: BatchDone | None, scores: bool,
+        on_batch: BatchDone | None, scores: bool, forced: Sequence[int | None] | None,
     ) -> None:
         """Decode the sentences ``todo`` in ``self.processes`` into ``results`` (``decode_sources``)."""
         with tqdm(total=len(todo), unit="sent", disable=not progress, file=sys.stderr) as bar:
@@ -195,7 +212,8 @@ class Translator:
                     on_batch(done)
                 bar.update(len(done))
 
-            self.processes.decode(self.cfg, [sources[i] for i in todo], finish, scores)
+            share = [forced[i] for i in todo] if forced is not None else None
+            self.processes.decode(self.cfg, [sources[i] for i in todo], finish, scores, share)
 
     def _pools(self, batches: list[list[int]]) -> list[list[list[int]]]:
         """Batches decoded in one search call: where ``cfg.refill`` names the strategy (``greedy``, or
@@ -208,7 +226,7 @@ class Translator:
     def _translate_pool(
         self, sources: list[list[int]], pool: list[list[int]], generator: torch.Generator,
         results: list[Translation], on_batch: BatchDone | None, progress: Callable[[int], object],
-        scores: bool,
+        scores: bool, forced: Sequence[int | None] | None = None,
     ) -> None:
         """Decode the batches of ``pool`` (line indices) in one search call into ``results``: a pool of
         several refills (``mt.decode.refill``; each sentence's batch size bounds the sentences live beside
@@ -235,6 +253,7 @@ class Translator:
             self.model, src, src_pad_mask, self.cfg, max_positions=self.max_positions,
             vocab_size=self.tokenizers.tgt.vocab_size, generator=generator, live=live,
             on_done=finish if live is not None else None, scores=scores,
+            forced=[forced[i] for i in lines] if forced is not None else None,
         )
         if live is None:
             finish(list(enumerate(nbests)))
@@ -243,24 +262,56 @@ class Translator:
         return Translation(hyps, [self.tokenizers.tgt.decode(h.tokens) for h in hyps], len(source))
 
     def align(self, lines: Sequence[str], translations: Sequence[Translation], target_lang: Targets = None,
-              layer: int = ALIGN_LAYER, shift: bool = SHIFT) -> list[list[Link]]:
+              layer: int = ALIGN_LAYER, shift: bool = SHIFT, source_lang: str | None = None) -> list[list[Link]]:
         """Word links (source word, target word) of each line with its best translation, from the model's
         cross-attention (``mt.decode.align``: ``layer``, ``shift``); [] for an empty line or translation."""
         if self.model is None:
             raise UserError("word alignment needs the model in this process (run with one worker)")
         targets = line_targets(target_lang, len(lines))
-        tags = {lang: self.target_tag(lang) for lang in set(targets)}
+        languages = {lang: self.language_ids(lang, source_lang) for lang in set(targets)}
         pairs = []
         for line, translation, lang in zip(lines, translations, targets, strict=True):
-            ids, spans = self.tokenizers.src.encode_with_spans(line)
-            src_ids = (tags[lang] + ids)[: self.max_src_len] if line.strip() else []
-            src_words = ([-1] * len(tags[lang]) + piece_words(line, spans))[: len(src_ids)]
+            (tag, first), (ids, spans) = languages[lang], self.tokenizers.src.encode_with_spans(line)
+            src_ids = (tag + ids)[: self.max_src_len] if line.strip() else []
+            src_words = ([-1] * len(tag) + piece_words(line, spans))[: len(src_ids)]
             tgt_ids = translation.hypotheses[0].tokens if translation.hypotheses else []
             text, tgt_spans = self.tokenizers.tgt.decode_with_spans(tgt_ids)
-            pairs.append(AlignInput(src_ids, src_words, list(tgt_ids), piece_words(text, tgt_spans), len(tags[lang])))
+            tgt_words = piece_words(text, tgt_spans)
+            if first is not None and tgt_ids:  # the forced code, read first as when it was generated: no word
+                tgt_ids, tgt_words = [first, *tgt_ids], [-1, *tgt_words]
+            pairs.append(AlignInput(src_ids, src_words, list(tgt_ids), tgt_words, len(tag)))
         return align_batch(self.model, pairs, self.device, layer, shift)
 
-    def target_tag(self, target_lang: str | None) -> list[int]:
+    def language_ids(self, target_lang: str | None, source_lang: str | None = None) -> tuple[list[int], int | None]:
+        """What asks for ``target_lang``: the ids put before a source, and the target's forced first token.
+
+        A multilingual mt model (or Marian's) reads a tag, ``([id of >>fr<<], None)``, and nothing for None; a
+        model with language codes (M2M-100, NLLB) reads the source language's code (``source_lang``, else the
+        translator's) and writes the target's first: ``([id of __en__], id of __fr__)`` (None: not forced).
+        """
+        if not self._codes:
+            return self._tag(target_lang), None
+        source = source_lang or self.source_lang
+        if source is None:
+            raise LanguageError(f"this model reads the source language's code first: give the source language "
+                                f"(--source-lang; {self._known()})")
+        return [self._code(source, "source")], None if target_lang is None else self._code(target_lang, "target")
+
+    def target_tag(self, target_lang: str | None, source_lang: str | None = None) -> list[int]:
+        """The ids put before a source for ``target_lang`` (``language_ids``): ``[id of >>lang<<]`` for a
+        multilingual model's target language (``[]`` for None), the source language's code for a model with codes."""
+        return self.language_ids(target_lang, source_lang)[0]
+
+    def forced_first(self, targets: Sequence[str | None]) -> list[int | None] | None:
+        """The forced first target token of lines into ``targets`` (one each, ``line_targets``; ``language_ids``),
+        or None when no line has one (a model without language codes, or no target asked for)."""
+        if not self._codes:
+            return None
+        firsts = {lang: None if lang is None else self._code(lang, "target") for lang in set(targets)}
+        forced = [firsts[lang] for lang in targets]
+        return forced if any(first is not None for first in forced) else None
+
+    def _tag(self, target_lang: str | None) -> list[int]:
         """``[id of >>lang<<]`` for a multilingual model's target language, ``[]`` for None."""
         if target_lang is None:
             return []
@@ -269,13 +320,25 @@ class Translator:
             raise LanguageError(f"this model has no target-language tag {lang_tag(target_lang)}")
         return [tag]
 
-    def encode_lines(self, lines: Sequence[str], target_lang: Targets = None) -> list[list[int]]:
+    def _code(self, lang: str, side: str) -> int:
+        """The id of ``lang``'s code (a model with language codes); LanguageError naming the model's."""
+        if lang not in self._codes:
+            raise LanguageError(f"this model has no code for the {side} language {lang!r} ({self._known()})")
+        return self._codes[lang]
+
+    def _known(self) -> str:
+        names = list(self._codes)
+        return f"it has {', '.join(names[:8])}" + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+    def encode_lines(self, lines: Sequence[str], target_lang: Targets = None,
+                     source_lang: str | None = None) -> list[list[int]]:
         """Source pieces per line ([] for an empty line), too-long ones truncated or rejected.
 
-        With ``target_lang`` each non-empty line starts with its language's tag (counted in the length).
+        With ``target_lang`` each non-empty line starts with its language's tag (counted in the length); with
+        a model with language codes, with the source language's code (``language_ids``).
         """
         targets = line_targets(target_lang, len(lines))
-        tags = {lang: self.target_tag(lang) for lang in set(targets)}
+        tags = {lang: self.target_tag(lang, source_lang) for lang in set(targets)}
         sources = []
         for number, (line, lang) in enumerate(zip(lines, targets, strict=True), start=1):
             ids = tags[lang] + self.tokenizers.src.encode(line) if line.strip() else []

@@ -63,18 +63,21 @@ def row_positions(start: Tensor, length: int) -> Tensor:
 class SinusoidalPositions(nn.Module):
     """Fixed sinusoidal positional encodings (section 3.5), no parameters.
 
-    Positions start at 0 for the first token (BOS on the target side). fairseq instead numbers them
-    from ``padding_idx + 1`` and gives pads a zero vector; we do not need that because sequences are
-    right-padded, so a real token's position never depends on the padding (pads' outputs are ignored).
-    A table for ``max_positions`` is precomputed as a non-persistent buffer; longer inputs are computed
-    on the fly, so there is no hard length limit.
+    Positions start at 0 for the first token (BOS on the target side), encoded as ``p + offset``
+    (``model.position_offset``). fairseq, M2M-100 and NLLB number them from ``padding_idx + 1`` (offset 2)
+    and give pads a zero vector; we do not need that because sequences are right-padded, so a real
+    token's position never depends on the padding (pads' outputs are ignored). A table for
+    ``max_positions`` is precomputed as a non-persistent buffer, row ``p`` the encoding of position ``p``
+    (``p + offset``: the C++ step reads the table as it is); longer inputs are computed on the fly, so
+    there is no hard length limit.
     """
 
-    def __init__(self, d_model: int, max_positions: int, style: str = "fairseq") -> None:
+    def __init__(self, d_model: int, max_positions: int, style: str = "fairseq", offset: int = 0) -> None:
         super().__init__()
         self.d_model = d_model
         self.style = style
-        table = sinusoid_table(torch.arange(max_positions), d_model, style)
+        self.offset = offset
+        table = sinusoid_table(torch.arange(offset, offset + max_positions), d_model, style)
         self.register_buffer("table", table, persistent=False)
 
     def forward(self, start: int | Tensor, length: int) -> Tensor:
@@ -85,7 +88,7 @@ class SinusoidalPositions(nn.Module):
             return table[row_positions(start, length)]  # (B, T, D); decoding stays below max_positions
         if start + length <= table.size(0):
             return table[start : start + length]
-        positions = torch.arange(start, start + length, device=table.device)
+        positions = torch.arange(start + self.offset, start + self.offset + length, device=table.device)
         return sinusoid_table(positions, self.d_model, self.style).to(table.dtype)
 
 

@@ -137,7 +137,7 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 
 def absolute_positions(cfg: ModelConfig) -> SinusoidalPositions | LearnedPositions | None:
     """The positional encoding added to the embeddings (None for rotary positions, in the attention)."""
     if cfg.positions == "sinusoidal":
-        return SinusoidalPositions(cfg.d_model, cfg.max_positions, cfg.sinusoid)
+        return SinusoidalPositions(cfg.d_model, cfg.max_positions, cfg.sinusoid, cfg.position_offset)
     if cfg.positions == "learned":
         return LearnedPositions(cfg.d_model, cfg.max_positions)
     if cfg.positions == "rope":

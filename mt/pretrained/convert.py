@@ -1,4 +1,11 @@
-"""``import_hf``: a Hugging Face model directory in, an mt checkpoint out (checked by loading it back)."""
+"""``import_hf``: a Hugging Face model directory in, an mt checkpoint out (checked by loading it back).
+
+Languages: a Marian model translates one pair (``data.src_lang`` - ``data.tgt_lang``). A model with language codes
+(M2M-100, NLLB) translates between any two of its languages; the checkpoint lists them in ``data.pairs`` as every
+language from and into one source (``en-de`` first, the default pair, then ``en-X`` and ``X-en`` for every other
+code X): each code is a source and a target language of the checkpoint (``mt.data.languages``), in as many pairs
+as languages (twice), with no field mt's own models lack.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +20,13 @@ from mt.config import Config, DataConfig, DecodeConfig, ModelConfig, TrainConfig
 from mt.data import Tokenizers
 from mt.model import Seq2SeqTransformer, build_model
 from mt.pretrained.files import HFDirectory, PretrainedError
+from mt.pretrained.m2m100 import import_m2m100
 from mt.pretrained.marian import import_marian
 
-ARCHITECTURES = {"marian": "MarianMTModel"}  # config.json model_type -> what is imported
+# config.json model_type -> what is imported (NLLB-200's dense models are m2m_100 too)
+ARCHITECTURES = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration"}
+IMPORTERS = {"marian": import_marian, "m2m_100": import_m2m100}
+ENGLISH = ("en", "eng_Latn")  # the default source of a model with language codes, where it has one
 OPUS_MT_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$", re.IGNORECASE)
 
 
@@ -42,6 +53,38 @@ def languages(directory: HFDirectory, source: str | None, target: str | None) ->
     return source, target
 
 
+def coded_languages(directory: HFDirectory, codes: list[str], source: str | None, target: str | None,
+                    ) -> tuple[str, str, list[str]]:
+    """A model with language ``codes``: its default pair (given, else ``tokenizer_config.json``'s ``src_lang`` /
+    ``tgt_lang``, else English (or its first language) into its first other language) and its ``data.pairs``, every
+    language from and into the default source (see the module doc)."""
+    tokenizer_config = directory.json("tokenizer_config.json")
+    english = [lang for lang in ENGLISH if lang in codes]
+    source = source or tokenizer_config.get("src_lang") or (english or codes)[0]
+    target = target or tokenizer_config.get("tgt_lang") or next((c for c in codes if c != source), source)
+    for flag, lang in (("--source-lang", source), ("--target-lang", target)):
+        if lang not in codes:
+            have = ", ".join(codes[:8]) + (f" and {len(codes) - 8} more" if len(codes) > 8 else "")
+            raise PretrainedError(f"{directory.path}: {flag} {lang}: not one of the model's language codes ({have})")
+    if source == target:
+        raise PretrainedError(f"{directory.path}: --source-lang and --target-lang are both {source}")
+    others = [lang for lang in codes if lang != source]
+    into = [f"{source}-{x}" for x in [target, *(x for x in others if x != target)]]
+    return source, target, into + [f"{x}-{source}" for x in others]
+
+
+def data_config(directory: HFDirectory, tokenizers: Tokenizers, max_len: int, source: str | None,
+                target: str | None) -> DataConfig:
+    """The checkpoint's ``data`` group: its languages (module doc) and source length limit."""
+    codes = list(getattr(tokenizers.src, "language_codes", {}))
+    if not codes:
+        src_lang, tgt_lang = languages(directory, source, target)
+        return DataConfig(source="files", src_lang=src_lang, tgt_lang=tgt_lang, joint_vocab=False, max_len=max_len)
+    src_lang, tgt_lang, pairs = coded_languages(directory, codes, source, target)
+    return DataConfig(source="files", src_lang=src_lang, tgt_lang=tgt_lang, pairs=pairs, joint_vocab=True,
+                      max_len=max_len)
+
+
 def decode_config(directory: HFDirectory) -> DecodeConfig:
     """mt's search defaults with ``generation_config.json``'s beam size and length penalty (|Y|^alpha)."""
     generation = directory.json("generation_config.json") or directory.config
@@ -61,12 +104,10 @@ def import_hf(path: str | Path, out: str | Path, *, source_lang: str | None = No
     if model_type not in ARCHITECTURES:
         known = ", ".join(f"{v} ({k})" for k, v in ARCHITECTURES.items())
         raise PretrainedError(f"{directory.path / 'config.json'}: model_type={model_type!r}; mt imports {known}")
-    model, state, tokenizers = import_marian(directory)
-    src_lang, tgt_lang = languages(directory, source_lang, target_lang)
+    model, state, tokenizers = IMPORTERS[model_type](directory)
     cfg = validate(Config(
         name=out.stem,
-        data=DataConfig(source="files", src_lang=src_lang, tgt_lang=tgt_lang, joint_vocab=False,
-                        max_len=model.max_positions - 1),
+        data=data_config(directory, tokenizers, model.max_positions - 1, source_lang, target_lang),
         model=model,
         train=TrainConfig(run_dir=str(Path("runs") / out.stem)),
         decode=decode_config(directory),
@@ -93,5 +134,7 @@ def model_summary(model: ModelConfig) -> str:
     """One line on the imported architecture's options."""
     return (f"{model.encoder_layers}+{model.decoder_layers} layers, d_model {model.d_model}, "
             f"{model.heads} heads, FFN {model.d_ff} {model.activation}, positions {model.positions}"
-            + (f" ({model.sinusoid})" if model.positions == "sinusoidal" else "")
+            + (f" ({model.sinusoid}" + (f", from {model.position_offset}" if model.position_offset else "") + ")"
+               if model.positions == "sinusoidal" else "")
+            + (", Pre-LN" if model.pre_ln else "")
             + (", logits bias" if model.logits_bias else ""))

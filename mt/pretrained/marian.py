@@ -31,33 +31,47 @@ def refuse(origin: str, field: str, value: Any, why: str) -> PretrainedError:
     return PretrainedError(f"{origin}: config.json {field}={value!r}: {why}")
 
 
-def model_config(config: dict[str, Any], origin: str) -> ModelConfig:
-    """mt's ``model`` group for a Marian ``config.json``; what mt cannot represent is refused by field."""
-    heads, d_ff = config.get("encoder_attention_heads", 8), config.get("encoder_ffn_dim", 2048)
-    if config.get("decoder_attention_heads", 8) != heads:
-        raise refuse(origin, "decoder_attention_heads", config.get("decoder_attention_heads"),
+# what transformers' MarianConfig gives a field that config.json leaves out
+MARIAN_DEFAULTS = {
+    "encoder_layers": 12, "decoder_layers": 12, "d_model": 1024, "encoder_attention_heads": 8,
+    "decoder_attention_heads": 8, "encoder_ffn_dim": 2048, "decoder_ffn_dim": 2048, "activation_function": "gelu",
+    "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0, "max_position_embeddings": 1024,
+}
+
+
+def layer_options(config: dict[str, Any], origin: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The ``model`` options of a Bart-family ``config.json`` (Marian, M2M-100: the layers' shapes, dropouts,
+    activation, positions), ``defaults`` for the fields it leaves out; what mt cannot represent is refused by field."""
+
+    def get(field: str) -> Any:
+        return config.get(field, defaults[field])
+
+    heads, d_ff = get("encoder_attention_heads"), get("encoder_ffn_dim")
+    if get("decoder_attention_heads") != heads:
+        raise refuse(origin, "decoder_attention_heads", get("decoder_attention_heads"),
                      f"differs from encoder_attention_heads={heads}; mt has one model.heads")
-    if config.get("decoder_ffn_dim", 2048) != d_ff:
-        raise refuse(origin, "decoder_ffn_dim", config.get("decoder_ffn_dim"),
+    if get("decoder_ffn_dim") != d_ff:
+        raise refuse(origin, "decoder_ffn_dim", get("decoder_ffn_dim"),
                      f"differs from encoder_ffn_dim={d_ff}; mt has one model.d_ff")
-    activation = config.get("activation_function", "gelu")
+    activation = get("activation_function")
     if activation not in ACTIVATIONS:
         raise refuse(origin, "activation_function", activation, f"mt has {', '.join(sorted(ACTIVATIONS))}")
-    d_model = config.get("d_model", 1024)
+    d_model = get("d_model")
     if d_model % heads:
         raise refuse(origin, "d_model", d_model, f"not a multiple of encoder_attention_heads={heads}")
+    return dict(
+        encoder_layers=get("encoder_layers"), decoder_layers=get("decoder_layers"), d_model=d_model, d_ff=d_ff,
+        heads=heads, dropout=get("dropout"), attention_dropout=get("attention_dropout"),
+        activation_dropout=get("activation_dropout"), activation=ACTIVATIONS[activation],
+        max_positions=get("max_position_embeddings"),
+    )
+
+
+def model_config(config: dict[str, Any], origin: str) -> ModelConfig:
+    """mt's ``model`` group for a Marian ``config.json``; what mt cannot represent is refused by field."""
     return ModelConfig(
         name="marian",
-        encoder_layers=config.get("encoder_layers", 12),
-        decoder_layers=config.get("decoder_layers", 12),
-        d_model=d_model,
-        d_ff=d_ff,
-        heads=heads,
-        dropout=config.get("dropout", 0.1),
-        attention_dropout=config.get("attention_dropout", 0.0),
-        activation_dropout=config.get("activation_dropout", 0.0),
-        activation=ACTIVATIONS[activation],
-        max_positions=config.get("max_position_embeddings", 1024),
+        **layer_options(config, origin, MARIAN_DEFAULTS),
         scale_embeddings=bool(config.get("scale_embedding", False)),
         share_all_embeddings=bool(config.get("share_encoder_decoder_embeddings", True)),
     )
@@ -170,7 +184,5 @@ def import_marian(directory: HFDirectory) -> tuple[ModelConfig, dict[str, Tensor
         state["decoder.logits_bias"] = bias
     state |= stack_weights(weights, "model.encoder", "encoder", cfg.encoder_layers, decoder=False)
     state |= stack_weights(weights, "model.decoder", "decoder", cfg.decoder_layers, decoder=True)
-    if unused := weights.unused():
-        raise PretrainedError(f"{origin}: weights mt has no place for: {', '.join(unused[:5])}"
-                              + (f" and {len(unused) - 5} more" if len(unused) > 5 else ""))
+    weights.refuse_unused()
     return cfg, state, tokenizers

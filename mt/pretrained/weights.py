@@ -44,6 +44,12 @@ class Weights:
     def unused(self) -> list[str]:
         return sorted(set(self.tensors) - self.used)
 
+    def refuse_unused(self) -> None:
+        """PretrainedError naming the tensors that no ``take`` used: mt has no place for them."""
+        if unused := self.unused():
+            raise PretrainedError(f"{self.origin}: weights mt has no place for: {', '.join(unused[:5])}"
+                                  + (f" and {len(unused) - 5} more" if len(unused) > 5 else ""))
+
 
 def layer_weights(weights: Weights, source: str, target: str, parts: dict[str, tuple[str, ...]]) -> dict[str, Tensor]:
     """One layer's weights: mt's ``target.<module>.weight|bias`` from the source's ``source.<module>...``."""

@@ -68,6 +68,9 @@ class DataConfig:
     # one prefix or a list, read in order as one split: [europarl,commoncrawl,news_commentary]
     # (Any: OmegaConf rejects a str for a list field and cannot type a str | list union)
     train_prefix: Any = "train"
+    # parallel files PREFIX.SRC / PREFIX.TGT (plain or .gz; a prefix absolute or relative to the working
+    # directory) read after the training split, whatever data.source and data.format are (mt.train.distill)
+    extra_train: list[str] = field(default_factory=list)
     valid_prefix: str = "val"
     test_prefix: str = "test"
     demo: DemoConfig = field(default_factory=DemoConfig)

@@ -84,6 +84,8 @@ RULES: dict[str, list[Rule]] = {
         one_of("source", ("demo", "files", "hub")),
         one_of("format", ("parallel", "tsv", "jsonl")),
         TRAIN_PREFIX_RULE,
+        Rule("extra_train", lambda v, g: all(isinstance(p, str) and p for p in v),
+             "must be a list of file prefixes of parallel files, e.g. [/data/backtranslated] ([] = none)"),
         positive("vocab_size", "SentencePiece pieces, specials included"),
         Rule("character_coverage", lambda v, g: 0 < v <= 1, "must be in (0, 1] (share of characters covered)"),
         positive("tokenizer_sample_size", "sentences fed to tokenizer training"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -12,6 +13,7 @@ from helpers import tiny_config
 from mt.checkpoint import load_checkpoint, load_for_inference
 from mt.config import ConfigError
 from mt.data.demo import write_demo_corpus
+from mt.data.errors import DataError
 from mt.decode import Translator
 
 
@@ -50,10 +52,10 @@ def test_the_second_member_trains_on_the_firsts_translations_with_its_vocabulary
     translator = Translator(model, tokenizers, teacher_cfg.decode, max_positions=teacher_cfg.model.max_positions)
     assert translator.translate(sources[:20]) == targets[:20]
 
-    # member 2: original pairs + distilled ones, member 1's tokenizer
+    # member 2: original pairs + distilled ones (data.extra_train), member 1's tokenizer
     second = load_checkpoint(run / "member_2" / "checkpoints" / "last.pt")
     data = second["config"]["data"]
-    assert data["train_prefix"] == ["train", str(distilled.resolve() / "train")]
+    assert data["train_prefix"] == "train" and data["extra_train"] == [str(distilled.resolve() / "train")]
     assert data["tokenizer"] == str(distilled.resolve() / "tokenizer")
     assert second["tokenizers"] == load_checkpoint(teacher)["tokenizers"]
     assert load_checkpoint(first / "last.pt")["config"]["data"]["tokenizer"] is None
@@ -74,10 +76,43 @@ def test_the_distillation_comes_out_of_the_second_members_budget(tmp_path: Path)
     assert budgets == pytest.approx([112 / 3 - 2.5, 112 / 3])
 
 
-def test_distillation_needs_parallel_files(tmp_path: Path) -> None:
+def test_distillation_needs_one_language_pair_but_no_particular_source(tmp_path: Path) -> None:
     from mt.train.members import member_configs
 
-    needs = "train.distill=true: .* needs data.source=files .*got source=demo.*train.distill=false"
+    needs = r"train.distill=true: .*one target language; data.pairs has 2 \(en-de,en-fr\).*train.distill=false"
     with pytest.raises(ConfigError, match=needs):
-        member_configs(tiny_config(tmp_path, "train.members=2", "train.distill=true"))
-    assert len(member_configs(tiny_config(tmp_path, "train.members=1", "train.distill=true"))) == 1
+        member_configs(tiny_config(tmp_path, "train.members=2", "train.distill=true", "data.pairs=[en-de,en-fr]"))
+    assert len(member_configs(tiny_config(tmp_path, "train.members=2", "train.distill=true"))) == 2  # the demo
+    assert len(member_configs(tiny_config(tmp_path, "train.members=1", "train.distill=true",
+                                          "data.pairs=[en-de,en-fr]"))) == 1
+
+
+def _write_pairs(prefix: Path, pairs: list[tuple[str, str]]) -> None:
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    for lang, column in (("en", 0), ("de", 1)):
+        with gzip.open(f"{prefix}.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.writelines(pair[column] + "\n" for pair in pairs)
+
+
+def test_extra_training_files_follow_any_format_and_change_the_content_key(tmp_path: Path) -> None:
+    from mt.data.sources import open_split
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.tsv").write_text("one\teins\ntwo\tzwei\n")
+    (corpus / "val.tsv").write_text("five\tfünf\n")
+    _write_pairs(tmp_path / "distilled" / "train", [("three", "drei")])
+    cfg = tiny_config(tmp_path, "data.source=files", f"data.dir={corpus}", "data.format=tsv").data
+    plain = open_split(cfg, "train", tmp_path / "cache")
+    extra = dataclasses.replace(cfg, extra_train=[str(tmp_path / "distilled" / "train")])
+    both = open_split(extra, "train", tmp_path / "cache")
+    assert both.key != plain.key and open_split(extra, "train", tmp_path / "cache").key == both.key
+    assert open_split(extra, "valid", tmp_path / "cache").key == open_split(cfg, "valid", tmp_path / "cache").key
+    rows = both.load()
+    assert list(zip(rows["src"], rows["tgt"], strict=True)) == [("one", "eins"), ("two", "zwei"), ("three", "drei")]
+
+    _write_pairs(tmp_path / "distilled" / "train", [("four", "vier")])  # other content, another key
+    assert open_split(extra, "train", tmp_path / "cache").key != both.key
+    missing = dataclasses.replace(cfg, extra_train=[str(tmp_path / "nowhere")])
+    with pytest.raises(DataError, match=r"data.extra_train=\[.*nowhere\]: missing data file: .*nowhere.en"):
+        open_split(missing, "train", tmp_path / "cache")

@@ -1,10 +1,10 @@
 """Several language pairs read as one split: each pair's split in pair order, with an int ``pair`` column.
 
-Pair ``i`` of ``data_pairs(cfg)`` reads its split from the same directory and prefixes as every other pair,
-with its own languages (Multi30k ``train.en`` + ``train.fr`` for en-fr). Rows keep their raw text; the
-``pair`` column (the index into ``data_pairs``) tells binarizing which target tag to put before the source
-ids, the batch sampler which pair to resample, and validation which pair to score. A config of one pair
-reads exactly what it always did (no ``pair`` column, the same content key).
+Pair ``i`` of ``data_pairs(cfg)`` reads its split from the same directory and prefixes as every other pair
+(``data.extra_train``'s too), with its own languages (Multi30k ``train.en`` + ``train.fr`` for en-fr). Rows
+keep their raw text; the ``pair`` column (the index into ``data_pairs``) tells binarizing which target tag to
+put before the source ids, the batch sampler which pair to resample, and validation which pair to score. A
+config of one pair reads exactly what it always did (no ``pair`` column, the same content key).
 """
 
 from __future__ import annotations

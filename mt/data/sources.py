@@ -1,7 +1,9 @@
 """Where parallel text comes from: local files (parallel, TSV, JSONL), a hub dataset, or the demo corpus.
 
 The training split of local files may be several prefixes (``data.train_prefix=[europarl,commoncrawl]``),
-read in order as one split; its content key covers every file.
+read in order as one split; its content key covers every file. Whatever the source and format, the training
+split may end with parallel files of their own (``data.extra_train``: ``PREFIX.SRC`` / ``PREFIX.TGT``, e.g. a
+distillation's translations, ``mt.train.distill``); its content key then covers them too.
 
 Every source ends as a ``datasets.Dataset`` with string columns ``src`` and ``tgt`` (Arrow, memory-mapped,
 cached by fingerprint under ``<cache_dir>/hf``). Bad input is rejected here, at the boundary, with a
@@ -69,9 +71,13 @@ class RawSplit:
     description: str
     _cfg: DataConfig
     _cache_root: Path
+    # when given, the split is these read one after another (the source's, then ``data.extra_train``'s files)
+    parts: tuple[RawSplit, ...] = ()
 
     def load(self) -> datasets.Dataset:
         """Read the split into a ``Dataset`` (columns ``src``, ``tgt``); raises ``DataError`` on bad input."""
+        if self.parts:
+            return datasets.concatenate_datasets([part.load() for part in self.parts])
         with progress_bars_on_tty():
             if self._cfg.source == "hub":
                 ds = _load_hub(self._cfg, self.name, self._cache_root)
@@ -83,7 +89,35 @@ class RawSplit:
 
 
 def open_split(cfg: DataConfig, split: str, cache_root: Path) -> RawSplit:
-    """Locate one split of ``cfg``'s source and compute its content key (files must exist)."""
+    """Locate one split of ``cfg``'s source and compute its content key (files must exist); the training
+    split ends with ``data.extra_train``'s files, and its key then covers them (without them it is unchanged)."""
+    raw = _open_source_split(cfg, split, cache_root)
+    extra = extra_train_config(cfg) if split == "train" else None
+    if extra is None:
+        return raw
+    try:
+        more = _open_source_split(extra, split, cache_root)
+    except DataError as e:
+        raise DataError(f"data.extra_train={_prefixes(cfg.extra_train)}: {e}") from None
+    key = fingerprint(raw.key, "extra_train", more.key)
+    return RawSplit(split, key, f"{raw.description} + {more.description}", cfg, cache_root, parts=(raw, more))
+
+
+def extra_train_config(cfg: DataConfig) -> DataConfig | None:
+    """``data.extra_train`` as a config of its own: parallel files ``PREFIX.SRC`` / ``PREFIX.TGT`` (plain or
+    ``.gz``), each prefix absolute or relative to the working directory; None when there are none."""
+    if not cfg.extra_train:
+        return None
+    return replace(cfg, source="files", format="parallel", dir=".", train_prefix=list(cfg.extra_train),
+                   extra_train=[])
+
+
+def _prefixes(values: list[str]) -> str:
+    return "[" + ",".join(values) + "]"
+
+
+def _open_source_split(cfg: DataConfig, split: str, cache_root: Path) -> RawSplit:
+    """``open_split`` without ``data.extra_train``: the split of the source itself."""
     if split not in SPLITS:
         raise DataError(f"unknown split '{split}', expected one of {SPLITS}")
     if cfg.source == "demo":

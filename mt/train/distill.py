@@ -3,9 +3,11 @@
 Once the first member of ``train.members`` has chosen its checkpoint, that model translates the sources of
 the training split with its own search settings (the Multi30k preset: beam 4) into
 ``<run_dir>/distilled/train.<src>.gz`` and ``train.<tgt>.gz``, beside a copy of its tokenizer
-(``distilled/tokenizer``). Every later member trains on the original pairs plus these
-(``data.train_prefix`` gains ``<run_dir>/distilled/train``; ``data.tokenizer`` is the first member's, so
-the members keep one vocabulary and decode as one ensemble). The translation's wall time comes out of the
+(``distilled/tokenizer``). Every later member trains on the original pairs, read from their own source and
+format (parallel, TSV or JSONL files, a hub dataset), plus these as parallel files (``data.extra_train`` gains
+``<run_dir>/distilled/train``: the training data's content key changes with them; ``data.tokenizer`` is the
+first member's, so the members keep one vocabulary and decode as one ensemble). One language pair only: the
+translations go into one target language. The translation's wall time comes out of the
 second member's budget, so the command keeps its minutes. The directory is written whole or not at all
 (a temporary directory renamed into place) and a rerun reuses it (``distill.json`` records the time).
 """
@@ -26,7 +28,6 @@ from mt.config import Config, ConfigError
 from mt.data import prepare_data
 from mt.data.binarize import atomic_dir
 from mt.data.languages import data_pairs
-from mt.data.sources import train_prefixes
 from mt.decode import Translator
 from mt.eval.scoring import bleu_and_chrf
 
@@ -52,13 +53,12 @@ class Distilled:
 
 
 def check_distillable(cfg: Config) -> None:
-    """``train.distill`` needs local parallel files of one language pair (it writes its own beside them)."""
-    data = cfg.data
-    if data.source != "files" or data.format != "parallel" or len(data_pairs(data)) > 1:
+    """``train.distill`` needs one language pair (any source and format: module doc)."""
+    pairs = data_pairs(cfg.data)
+    if len(pairs) > 1:
         raise ConfigError([
-            f"train.distill=true: distillation writes parallel text files of one language pair; it needs "
-            f"data.source=files data.format=parallel and one pair (got source={data.source}, "
-            f"format={data.format}, {len(data_pairs(data))} pair(s)); "
+            f"train.distill=true: distillation translates into one target language; data.pairs has "
+            f"{len(pairs)} ({','.join(p.name for p in pairs)}): train one pair, "
             f"or train the members without it: train.distill=false"
         ])
 
@@ -67,7 +67,7 @@ def distilled_member(member: Config, distilled: Distilled, *, pays_for_it: bool)
     """``member`` training on its pairs plus ``distilled`` with the first member's tokenizer; the member
     that ``pays_for_it`` loses the distillation's minutes from its budget."""
     data = dataclasses.replace(
-        member.data, train_prefix=[*train_prefixes(member.data), distilled.prefix], tokenizer=distilled.tokenizer
+        member.data, extra_train=[*member.data.extra_train, distilled.prefix], tokenizer=distilled.tokenizer
     )
     budget = member.train.max_time_minutes
     if pays_for_it and budget > 0:
@@ -101,7 +101,8 @@ def distill_training_set(teacher: Path, cfg: Config, directory: Path, device: to
 
 def _write_directory(directory: Path, cfg: Config, pairs: list[tuple[str, str]], tokenizers, record: dict) -> None:
     with atomic_dir(directory) as tmp:
-        for lang, column in ((cfg.data.src_lang, 0), (cfg.data.tgt_lang, 1)):
+        langs = data_pairs(cfg.data)[0]  # the file names that data.extra_train reads (check_distillable: one)
+        for lang, column in ((langs.src, 0), (langs.tgt, 1)):
             with gzip.open(tmp / f"train.{lang}.gz", "wt", encoding="utf-8", newline="\n") as f:
                 f.writelines(pair[column] + "\n" for pair in pairs)
         tokenizers.save(tmp / "tokenizer")

@@ -143,12 +143,33 @@ def generate(directory, tokenizers, lines: list[str], source: str, target: str, 
     return [[back[i] for i in row[2 : row.index(eos, 2)]] for row in out]
 
 
-def mt_search(ckpt, lines: list[str], source: str, target, **decode) -> list[list[int]]:
-    model, tokenizers, cfg = load_for_inference(ckpt)
+def mt_search(ckpt, lines: list[str], source: str, target, native: bool = True, **decode) -> list[list[int]]:
+    return [t.hypotheses[0].tokens for t in mt_translations(ckpt, lines, source, target, native, **decode)]
+
+
+def mt_translations(ckpt, lines: list[str], source: str, target, native: bool = True, **decode):
+    """mt's translations (``native``: the C++ search, else the Python loop), limits and rules as transformers'."""
+    model, tokenizers, cfg = load_for_inference(ckpt, pack=True, native=native)  # as mt-translate loads it
     settings = DecodeConfig(max_len_a=0, max_len_b=LIMIT, min_len=0, stopping="exact", length_penalty="length",
                             **decode)
     translator = Translator(model, tokenizers, settings, max_positions=cfg.model.max_positions, source_lang=source)
-    return [t.hypotheses[0].tokens for t in translator.translate_nbest(lines, target_lang=target)]
+    return translator.translate_nbest(lines, target_lang=target)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "beam"])
+def test_the_cpp_search_forces_the_code_as_the_python_loop_does(imported, sources, strategy):
+    """The C++ whole-batch search (``native_search.cpp``) takes the forced first token: the same outputs and scores
+    as the Python loop, into two targets in one batch."""
+    _, ckpt, lang, _ = imported
+    model = load_for_inference(ckpt, pack=True)[0]
+    src = torch.tensor([[5, 6, 7, EOS_ID]])
+    with torch.inference_mode():  # the C++ search takes the model: Pre-LN, offset positions, the logits bias
+        assert model.decoder.native.search_takes(model.decoder, model.encode(src, src == PAD_ID), LIMIT + 2)
+    targets = [lang["de"] if i % 2 else lang["fr"] for i in range(len(sources))]
+    fast = mt_translations(ckpt, sources, lang["en"], targets, strategy=strategy)
+    plain = mt_translations(ckpt, sources, lang["en"], targets, native=False, strategy=strategy)
+    assert [t.hypotheses[0].tokens for t in fast] == [t.hypotheses[0].tokens for t in plain]
+    assert all(abs(a.hypotheses[0].score - b.hypotheses[0].score) < 1e-4 for a, b in zip(fast, plain, strict=True))
 
 
 def test_greedy_equals_generate(imported, sources):

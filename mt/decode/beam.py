@@ -51,6 +51,7 @@ from mt.decode.common import (
     fill_from_the_end,
     force_eos_,
     force_first_,
+    forced_ids,
     forced_limits,
     forced_tokens,
     max_output_lengths,
@@ -169,7 +170,7 @@ def beam_search(
     while queue:
         active = queue.take(0)
         enc = queue.encoded(model.encode, active)  # (B', S, D): one row per sentence, throughout
-        if not finished.forces(active) and _decode_native(model, enc, active, finished, cfg, vocab_size, on_done):
+        if _decode_native(model, enc, active, finished, cfg, vocab_size, on_done):
             continue
         _decode_beams(model, queue, active, enc, finished, cfg.beam_size, vocab_size, on_done)
     return [finished.nbest(s) for s in range(src.size(0))]
@@ -191,7 +192,7 @@ def _decode_native(
     found = search(
         enc, [finished.max_len[s] for s in active], [finished.min_len[s] for s in active], vocab_size,
         (PAD_ID, BOS_ID, EOS_ID), cfg.beam_size, cfg.nbest, PENALTY_CODES[cfg.length_penalty], cfg.alpha,
-        STOPPING_CODES[cfg.stopping],
+        STOPPING_CODES[cfg.stopping], forced_ids(finished.forced, active),
     )
     if found is None:
         return False

@@ -109,10 +109,14 @@ def forced_limits(
     return longer, shortest
 
 
+def forced_ids(forced: Sequence[int | None] | None, sentences: Sequence[int]) -> list[int]:
+    """The forced first token of each of ``sentences``, -1 for none (the C++ searches' form)."""
+    return [-1 if forced is None or forced[s] is None else forced[s] for s in sentences]
+
+
 def forced_tokens(forced: Sequence[int | None] | None, sentences: Sequence[int], device: torch.device) -> Tensor:
     """The forced first token of each of ``sentences`` (n,) long, -1 for none (``force_first_``)."""
-    ids = [-1 if forced is None or forced[s] is None else forced[s] for s in sentences]
-    return torch.tensor(ids, dtype=torch.long, device=device)
+    return torch.tensor(forced_ids(forced, sentences), dtype=torch.long, device=device)
 
 
 def force_first_(scores: Tensor, tokens: Tensor) -> Tensor:

@@ -32,6 +32,7 @@ from mt.decode.common import (
     fill_from_the_end,
     force_eos_,
     force_first_,
+    forced_ids,
     forced_limits,
     forced_tokens,
     log_probs,
@@ -75,8 +76,7 @@ def decode_single_path(
     ``native`` (``choose`` picking the first largest entry): a model with a C++ greedy loop
     (``Seq2SeqTransformer.native_greedy``) decodes each batch (``live[i]`` sentences) whole in it, no refill:
     the same tokens, every step without Python. ``forced``: each sentence's forced first token or None
-    (``mt.decode.common``; ``max_len`` and ``min_len`` count it, as ``forced_limits`` makes them), which the C++
-    loop does not take.
+    (``mt.decode.common``; ``max_len`` and ``min_len`` count it, as ``forced_limits`` makes them).
     """
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     limits = _Limits(max_len, min_len, penalty, alpha, scores, forced)
@@ -84,9 +84,7 @@ def decode_single_path(
     while queue:
         sentences = queue.take(0)
         enc = queue.encoded(model.encode, sentences)
-        if native and not limits.forces(sentences) and _decode_native(
-            model, enc, sentences, results, limits, vocab_size, on_done
-        ):
+        if native and _decode_native(model, enc, sentences, results, limits, vocab_size, on_done):
             continue
         _decode_rows(model, queue, sentences, enc, choose, results, limits, vocab_size, on_done)
     return results
@@ -103,7 +101,7 @@ def _decode_native(
         return False
     found = search(
         enc, [limits.max_len[s] for s in sentences], [limits.min_len[s] for s in sentences], vocab_size,
-        (PAD_ID, BOS_ID, EOS_ID), limits.scores,
+        (PAD_ID, BOS_ID, EOS_ID), limits.scores, forced_ids(limits.forced, sentences),
     )
     if found is None:
         return False

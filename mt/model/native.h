@@ -27,10 +27,11 @@ void move_rows(const std::vector<at::Tensor>& stores, const std::vector<int64_t>
 std::vector<at::Tensor> greedy_decode(MT_DECODER_ARGS, const std::vector<at::Tensor>& cross_k,
                                       const std::vector<at::Tensor>& cross_v, const at::Tensor& source_mask,
                                       const std::vector<int64_t>& max_len, const std::vector<int64_t>& min_len,
-                                      int64_t vocab_size, const std::vector<int64_t>& special, bool scores);
+                                      int64_t vocab_size, const std::vector<int64_t>& special, bool scores,
+                                      const std::vector<int64_t>& forced);
 
 std::vector<std::vector<std::pair<std::vector<int64_t>, double>>> beam_decode(
     MT_DECODER_ARGS, const std::vector<at::Tensor>& cross_k, const std::vector<at::Tensor>& cross_v,
     const at::Tensor& source_mask, const std::vector<int64_t>& max_len, const std::vector<int64_t>& min_len,
     int64_t vocab_size, const std::vector<int64_t>& special, int64_t beam, int64_t nbest, int64_t penalty,
-    double alpha, int64_t stopping);
+    double alpha, int64_t stopping, const std::vector<int64_t>& forced);

@@ -202,16 +202,17 @@ class NativeSteps(LayerWeights):
 
     def greedy(
         self, decoder: nn.Module, enc: EncoderOut, max_len: list[int], min_len: list[int], vocab_size: int | None,
-        special: tuple[int, int, int], scores: bool,
+        special: tuple[int, int, int], scores: bool, forced: list[int] | None = None,
     ) -> tuple[list[list[int]], list[float]] | None:
         """Greedy search of every row of ``enc`` with each step in C++ (``native_search.cpp``): each sentence's
         pieces (EOS excluded) and summed log-prob (0 without ``scores``); None where the C++ loop does not take
-        the call (``search_takes``). Arguments as ``mt.decode.greedy`` has them; ``special``: PAD, BOS, EOS."""
+        the call (``search_takes``). Arguments as ``mt.decode.greedy`` has them; ``special``: PAD, BOS, EOS;
+        ``forced``: each sentence's forced first token (-1: none), scored 0 and kept first in its pieces."""
         if not self.search_takes(decoder, enc, max(max_len, default=0) + 1):
             return None
         tokens, lengths, logprob = self.native.greedy_decode(
             *self._decoder_args(decoder), *self._batch_args(decoder, enc), max_len, min_len,
-            -1 if vocab_size is None else vocab_size, list(special), scores,
+            -1 if vocab_size is None else vocab_size, list(special), scores, no_forced(forced, len(max_len)),
         )
         pieces = [row[:n] for row, n in zip(tokens.tolist(), lengths.tolist(), strict=True)]
         return pieces, logprob.tolist()
@@ -219,17 +220,19 @@ class NativeSteps(LayerWeights):
     def beam(
         self, decoder: nn.Module, enc: EncoderOut, max_len: list[int], min_len: list[int], vocab_size: int | None,
         special: tuple[int, int, int], beam: int, nbest: int, penalty: int, alpha: float, stopping: int,
+        forced: list[int] | None = None,
     ) -> list[list[tuple[list[int], float]]] | None:
         """Beam search of every row of ``enc`` with each step in C++ (``native_search.cpp``): each sentence's
         finished hypotheses (at most ``beam``, in the order they finished) as (pieces, summed log-prob); None
         where the C++ loop does not take the call. ``penalty``: 0 none, 1 gnmt, 2 length; ``stopping``: 0 exact,
-        1 topk_eos, 2 fairseq (``mt.decode.beam`` has the rest)."""
+        1 topk_eos, 2 fairseq; ``forced`` as ``greedy`` takes it (``mt.decode.beam`` has the rest)."""
         steps = max(max_len, default=0) + 1
         if not self.search_takes(decoder, enc, steps) or decoder.embedding.token.num_embeddings < 2 * beam:
             return None
         return self.native.beam_decode(
             *self._decoder_args(decoder), *self._batch_args(decoder, enc), max_len, min_len,
             -1 if vocab_size is None else vocab_size, list(special), beam, nbest, penalty, alpha, stopping,
+            no_forced(forced, len(max_len)),
         )
 
     def _decoder_args(self, decoder: nn.Module) -> tuple:
@@ -268,6 +271,11 @@ class NativeSteps(LayerWeights):
             and (table is None or table.size(0) >= steps)
             and self.rope_covers(steps)
         )
+
+
+def no_forced(forced: list[int] | None, n: int) -> list[int]:
+    """The C++ searches' forced first tokens: ``forced``, or -1 (none) for each of ``n`` sentences."""
+    return [-1] * n if forced is None else list(forced)
 
 
 def positions_table(positions: nn.Module | None) -> Tensor | None:

@@ -196,8 +196,15 @@ void move_values(std::vector<T>& values, const std::vector<int64_t>& to, const s
 }
 
 // One row's candidates c (V), in place: PAD, BOS and ids past `vocab` banned; at the limit only EOS allowed (its
-// value kept), before the minimum EOS banned (mt.decode.common.ban_, force_eos_, ban_eos_).
-void restrict_row(float* c, int64_t v, int64_t vocab, const Special& id, bool at_limit, bool too_short) {
+// value kept), before the minimum EOS banned; a forced token (>= 0) the only one allowed, scored 0
+// (mt.decode.common.ban_, force_eos_, ban_eos_, force_first_).
+void restrict_row(float* c, int64_t v, int64_t vocab, const Special& id, bool at_limit, bool too_short,
+                  int64_t forced = -1) {
+  if (forced >= 0) {
+    std::fill(c, c + v, kBlocked);
+    c[forced] = 0.f;
+    return;
+  }
   c[id.pad] = c[id.bos] = kBlocked;
   for (int64_t i = vocab; i < v; ++i) c[i] = kBlocked;
   if (at_limit) {
@@ -260,18 +267,20 @@ void top_k(const float* c, int64_t v, int64_t k, float* values, int64_t* ids) {
 // cross_k / cross_v: each layer's source keys and values (N, H, S, Dh), contiguous, and source_mask (N, 1, 1, S)
 // additive, contiguous: the call overwrites them. max_len / min_len (N,) int64: pieces at most, and before EOS is
 // allowed; vocab_size: ids at or past it are never produced (-1: none); special: the PAD, BOS and EOS ids; scores: pick
-// from the log-probs and sum them (else from the logits). -> tokens (N, max(max_len) + 1) int64, each row's pieces then
+// from the log-probs and sum them (else from the logits); forced (N,): each sentence's forced first token, scored 0
+// and kept in its pieces (-1: none). -> tokens (N, max(max_len) + 1) int64, each row's pieces then
 // PAD; lengths (N,) int64 (pieces, EOS excluded); logprob (N,) float32 (0 without scores).
 std::vector<Tensor> greedy_decode(MT_DECODER_ARGS, const std::vector<Tensor>& cross_k,
                                   const std::vector<Tensor>& cross_v, const Tensor& source_mask,
                                   const std::vector<int64_t>& max_len, const std::vector<int64_t>& min_len,
-                                  int64_t vocab_size, const std::vector<int64_t>& special, bool scores) {
+                                  int64_t vocab_size, const std::vector<int64_t>& special, bool scores,
+                                  const std::vector<int64_t>& forced) {
   const Decoder dec{w, heads, pre_ln, eps, activation, rope_cos, rope_sin, embedding, static_cast<float>(scale),
                     positions, norm_gain, norm_shift, norm_eps, output, packed, logits_bias};
   const int64_t n0 = source_mask.size(0);
   TORCH_CHECK(special.size() == 3 && static_cast<int64_t>(max_len.size()) == n0 &&
-                  static_cast<int64_t>(min_len.size()) == n0,
-              "special: PAD, BOS, EOS; max_len, min_len: one a sentence");
+                  static_cast<int64_t>(min_len.size()) == n0 && static_cast<int64_t>(forced.size()) == n0,
+              "special: PAD, BOS, EOS; max_len, min_len, forced: one a sentence");
   const Special id{special[0], special[1], special[2]};
   const int64_t capacity = n0 ? *std::max_element(max_len.begin(), max_len.end()) + 1 : 1;
   dec.check(capacity);
@@ -295,7 +304,8 @@ std::vector<Tensor> greedy_decode(MT_DECODER_ARGS, const std::vector<Tensor>& cr
     at::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t s = sentence[r];
-        restrict_row(c + r * vocab, vocab, allowed, id, step >= max_len[s], step < min_len[s]);
+        restrict_row(c + r * vocab, vocab, allowed, id, step >= max_len[s], step < min_len[s],
+                     step == 0 ? forced[s] : -1);
         chosen[r] = first_argmax(c + r * vocab, vocab);
       }
     });
@@ -380,13 +390,13 @@ std::vector<std::vector<std::pair<std::vector<int64_t>, double>>> beam_decode(
     MT_DECODER_ARGS, const std::vector<Tensor>& cross_k, const std::vector<Tensor>& cross_v, const Tensor& source_mask,
     const std::vector<int64_t>& max_len, const std::vector<int64_t>& min_len, int64_t vocab_size,
     const std::vector<int64_t>& special, int64_t beam, int64_t nbest, int64_t penalty, double alpha,
-    int64_t stopping) {
+    int64_t stopping, const std::vector<int64_t>& forced) {
   const Decoder dec{w, heads, pre_ln, eps, activation, rope_cos, rope_sin, embedding, static_cast<float>(scale),
                     positions, norm_gain, norm_shift, norm_eps, output, packed, logits_bias};
   const int64_t n0 = source_mask.size(0), k = beam, k2 = 2 * beam;
   TORCH_CHECK(special.size() == 3 && static_cast<int64_t>(max_len.size()) == n0 &&
-                  static_cast<int64_t>(min_len.size()) == n0,
-              "special: PAD, BOS, EOS; max_len, min_len: one a sentence");
+                  static_cast<int64_t>(min_len.size()) == n0 && static_cast<int64_t>(forced.size()) == n0,
+              "special: PAD, BOS, EOS; max_len, min_len, forced: one a sentence");
   TORCH_CHECK(beam >= 1 && 1 <= nbest && nbest <= beam, "need 1 <= nbest <= beam");
   const Special id{special[0], special[1], special[2]};
   const int64_t capacity = n0 ? *std::max_element(max_len.begin(), max_len.end()) + 1 : 1;
@@ -419,7 +429,8 @@ std::vector<std::vector<std::pair<std::vector<int64_t>, double>>> beam_decode(
     at::parallel_for(0, rows, 4, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t s = sentence[r / k];
-        restrict_row(lp + r * vocab, vocab, allowed, id, step >= max_len[s], step < min_len[s]);
+        restrict_row(lp + r * vocab, vocab, allowed, id, step >= max_len[s], step < min_len[s],
+                     step == 0 ? forced[s] : -1);
         top_k(lp + r * vocab, vocab, k2, top_values.data() + r * k2, top_ids.data() + r * k2);
       }
     });

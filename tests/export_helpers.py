@@ -24,7 +24,7 @@ from mt.config import Config, to_dict
 from mt.data import Tokenizers, train_tokenizer
 from mt.data.demo import demo_line, demo_numbers
 from mt.data.languages import tag_pieces
-from mt.data.tokenizer import BOS_ID, EOS_ID
+from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from mt.decode import Hypothesis, Translator
 from mt.decode.length_penalty import length_penalty
 from mt.decode.translator import collate_sources
@@ -158,3 +158,29 @@ def differences_beyond_ties(
             if not math.isclose(gap, 0.0, abs_tol=1e-5):
                 out.append((i, gap))
     return out
+
+
+def compare_forward(ckpt: Path, directory: Path, lines: list[str]) -> torch.Tensor:
+    """An exported MarianMTModel against mt on a padded batch (right-padded sources and targets): encoder outputs
+    and decoder logits within 1e-4, ``-inf`` ones (an imported model's logits bias) at the same ids. Returns mt's
+    logits at the real target positions (N, V)."""
+    import transformers
+
+    model, tokenizers, _ = load_for_inference(ckpt)
+    marian = transformers.MarianMTModel.from_pretrained(directory).eval()
+    src, src_pad_mask = collate_sources([tokenizers.src.encode(line) for line in lines], "cpu")  # (B, S)
+    targets = [tokenizers.tgt.encode(line)[: 2 + 2 * i] for i, line in enumerate(lines)]
+    tgt_in = torch.full((len(lines), max(map(len, targets)) + 1), PAD_ID)  # (B, T)
+    for row, ids in enumerate(targets):
+        tgt_in[row, : len(ids) + 1] = torch.tensor([BOS_ID, *ids])
+    assert bool(src_pad_mask.any()) and bool((tgt_in == PAD_ID).any())  # both sides really padded
+    with torch.inference_mode():
+        ours_enc = model.encode(src, src_pad_mask).out  # (B, S, D)
+        theirs_enc = marian.get_encoder()(input_ids=src, attention_mask=(~src_pad_mask).long()).last_hidden_state
+        ours = model(src, src_pad_mask, tgt_in)  # (B, T, V)
+        theirs = marian(input_ids=src, attention_mask=(~src_pad_mask).long(), decoder_input_ids=tgt_in).logits
+    assert torch.allclose(ours_enc[~src_pad_mask], theirs_enc[~src_pad_mask], atol=1e-4)
+    real = tgt_in != PAD_ID  # logits after a target pad are never used by mt
+    assert ours.shape == theirs.shape and torch.equal(ours[real].isinf(), theirs[real].isinf())
+    assert torch.allclose(ours[real], theirs[real], atol=1e-4)
+    return ours[real]

@@ -38,9 +38,10 @@ def spm_pieces(proto: bytes) -> list[str]:
 
 
 def marian_directory(out: Path, multi30k: Path, *, separate_vocabs: bool = False, activation: str = "swish",
-                     d_model: int = 32, layers: int = 2, extra_rows: int = 0, seed: int = 0) -> Path:
-    """A random ``MarianMTModel`` en-de saved with its ``MarianTokenizer`` at ``out``. Its random
-    ``final_logits_bias`` favours ``</s>`` (+6), so that outputs end on their own at various lengths: at a
+                     d_model: int = 32, layers: int = 2, extra_rows: int = 0, seed: int = 0,
+                     tags: tuple[str, ...] = ()) -> Path:
+    """A random ``MarianMTModel`` en-de (or en into each of ``tags``) saved with its ``MarianTokenizer`` at ``out``.
+    Its random ``final_logits_bias`` favours ``</s>`` (+6), so that outputs end on their own at various lengths: at a
     length limit transformers gives the forced ``</s>`` probability 1, mt (as fairseq) the model's."""
     source, target = marian_spm(captions(multi30k, "en"), 300), marian_spm(captions(multi30k, "de"), 320)
     out.mkdir(parents=True)
@@ -49,6 +50,7 @@ def marian_directory(out: Path, multi30k: Path, *, separate_vocabs: bool = False
 
     def vocab(*protos: bytes) -> dict[str, int]:
         pieces = ["</s>", "<unk>", "<pad>"] if separate_vocabs else ["</s>", "<unk>"]  # <pad>: one id on both sides
+        pieces += [f">>{tag}<<" for tag in tags]  # an OPUS-MT model of several targets: a tag a target language
         for proto in protos:
             pieces += [p for p in spm_pieces(proto) if p not in pieces]
         return {p: i for i, p in enumerate(pieces if separate_vocabs else [*pieces, "<pad>"])}

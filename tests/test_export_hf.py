@@ -7,13 +7,12 @@ import json
 import pytest
 import torch  # noqa: E402
 import transformers  # noqa: E402  (the test extra installs it)
-from export_helpers import demo_model, demo_sources, mt_search, untrained_checkpoint  # noqa: E402
+from export_helpers import compare_forward, demo_model, demo_sources, mt_search, untrained_checkpoint  # noqa: E402
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding  # noqa: E402
 
 from mt.checkpoint import load_for_inference  # noqa: E402
 from mt.cli.export import main  # noqa: E402
 from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from mt.decode.translator import collate_sources  # noqa: E402
 from mt.export import ExportError, export_hf  # noqa: E402
 from mt.model import sinusoid_table  # noqa: E402
 
@@ -73,26 +72,6 @@ def test_tokenizer_encodes_and_decodes_as_mt(demo, exported):
     hyps, _ = mt_search(demo.ckpt, demo.sources, strategy="greedy")
     texts = tokenizer.batch_decode([[BOS_ID, *h.tokens, EOS_ID] for h in hyps], skip_special_tokens=True)
     assert texts == [tokenizers.tgt.decode(h.tokens) for h in hyps]
-
-
-def compare_forward(ckpt, directory, lines: list[str]) -> None:
-    """Encoder outputs and decoder logits of a padded batch (right-padded sources and targets) within 1e-4."""
-    model, tokenizers, _ = load_for_inference(ckpt)
-    _, marian = load(directory)
-    src, src_pad_mask = collate_sources([tokenizers.src.encode(line) for line in lines], "cpu")  # (B, S)
-    targets = [tokenizers.tgt.encode(line)[: 2 + 2 * i] for i, line in enumerate(lines)]
-    tgt_in = torch.full((len(lines), max(map(len, targets)) + 1), PAD_ID)  # (B, T)
-    for row, ids in enumerate(targets):
-        tgt_in[row, : len(ids) + 1] = torch.tensor([BOS_ID, *ids])
-    assert bool(src_pad_mask.any()) and bool((tgt_in == PAD_ID).any())  # both sides really padded
-    with torch.inference_mode():
-        ours_enc = model.encode(src, src_pad_mask).out  # (B, S, D)
-        theirs_enc = marian.get_encoder()(input_ids=src, attention_mask=(~src_pad_mask).long()).last_hidden_state
-        ours = model(src, src_pad_mask, tgt_in)  # (B, T, V)
-        theirs = marian(input_ids=src, attention_mask=(~src_pad_mask).long(), decoder_input_ids=tgt_in).logits
-    assert torch.allclose(ours_enc[~src_pad_mask], theirs_enc[~src_pad_mask], atol=1e-4)
-    real = tgt_in != PAD_ID  # logits after a target pad are never used by mt
-    assert ours.shape == theirs.shape and torch.allclose(ours[real], theirs[real], atol=1e-4)
 
 
 def test_encoder_output_and_logits_match_mt_on_a_padded_batch(demo, exported):

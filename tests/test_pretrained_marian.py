@@ -120,17 +120,31 @@ def test_greedy_equals_generate(imported, sources):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A trained model (mt's demo, exported by mt-export --to hf) in OPUS-MT's layout, imported back."""
+    """A trained model (mt's demo, exported by mt-export --to hf) in OPUS-MT's layout, imported back; its test
+    lines, the demo checkpoint and mt's own export."""
     base = tmp_path_factory.mktemp("trained_marian")
     demo = demo_model(tmp_path_factory.getbasetemp() / "export_demo")
     export_hf(demo.ckpt, base / "exported")
     directory = marian_layout(base / "exported", base / "hf")
-    return directory, import_hf(directory, base / "model.pt").out, demo.sources
+    return directory, import_hf(directory, base / "model.pt").out, demo.sources, demo.ckpt, base / "exported"
+
+
+def test_mts_own_export_imports_back_to_the_same_translations(trained, tmp_path):
+    """The round trip: mt's trained model, exported by mt-export --to hf and imported back, translates its 300 test
+    lines byte-identically (no reordering, no mask: mt's own layout comes back as it was)."""
+    _, _, lines, original, exported = trained
+    back = import_hf(exported, tmp_path / "back.pt").out
+    _, cfg = load_tokenizers_and_config(back)
+    assert not cfg.model.logits_bias and cfg.model.sinusoid == "fairseq"
+    for strategy in ("greedy", "beam"):
+        settings = dict(strategy=strategy, length_penalty="length", alpha=0.6)
+        ours = [h.tokens for h in mt_search(back, lines, **settings)[0]]
+        assert ours == [h.tokens for h in mt_search(original, lines, **settings)[0]]
 
 
 @pytest.mark.parametrize(("beam", "alpha"), [(1, 0.0), (4, 0.6), (5, 1.0)])
 def test_search_of_a_trained_model_equals_generate(trained, beam, alpha):
-    directory, ckpt, lines = trained
+    directory, ckpt, lines, _, _ = trained
     tokenizers, cfg = load_tokenizers_and_config(ckpt)
     assert cfg.model.logits_bias and cfg.model.sinusoid == "fairseq"  # the stored table is mt's, kept
     ours, _ = mt_search(ckpt, lines, strategy="greedy" if beam == 1 else "beam", beam_size=beam,
@@ -163,3 +177,22 @@ def test_refusals_name_the_field(tmp_path, multi30k_dir):
         with pytest.raises(PretrainedError, match=message):
             import_hf(directory, tmp_path / "model.pt")
     assert not (tmp_path / "model.pt").exists()
+
+
+def test_target_tags_of_a_model_of_several_targets_work_as_mts_own(tmp_path, multi30k_dir, sources):
+    """An OPUS-MT model of several targets (``>>de<<``, ``>>fr<<`` in its vocabulary): each target's tag starts the
+    source, as transformers reads ``>>fr<< text``, and the outputs equal ``generate``'s on the tagged lines."""
+    directory = marian_directory(tmp_path / "hf", multi30k_dir, tags=("de", "fr"), layers=1)
+    ckpt = import_hf(directory, tmp_path / "model.pt").out
+    tokenizers, cfg = load_tokenizers_and_config(ckpt)
+    assert cfg.data.pairs == ["en-de", "en-fr"]
+    tokenizer, _ = hf(directory)
+    lines = sources[:10]
+    for target in ("de", "fr"):
+        tagged = [f">>{target}<< {line}" for line in lines]
+        assert [hf_ids(tokenizer, tokenizers.src, [*tokenizers.src.encode(t), EOS_ID]) for t in tagged] == (
+            tokenizer(tagged).input_ids)
+        ours, _ = mt_search(ckpt, lines, target_lang=target, strategy="greedy", max_len_a=0, max_len_b=20, min_len=0)
+        assert [h.tokens for h in ours] == generate(directory, tokenizers, tagged, num_beams=1, max_length=22)
+    with pytest.raises(PretrainedError, match="--target-lang es: the model's target tags are de, fr"):
+        import_hf(directory, tmp_path / "other.pt", target_lang="es")

@@ -3,12 +3,15 @@
 Examples:
     mt-import --from hf models/opus-mt-en-de --out models/opus-mt-en-de.pt
     mt-import --from hf ~/downloads/my-marian --out marian.pt --source-lang en --target-lang de
+    mt-import --from hf models/nllb-200-distilled-600M --out nllb.pt
 
-``--from hf`` reads a Hugging Face ``MarianMTModel`` directory (OPUS-MT, or ``mt-export --to hf``) as
-``save_pretrained`` or the Hub's download leaves it: ``config.json``, ``model.safetensors`` or
-``pytorch_model.bin`` (read as tensors only), ``source.spm``, ``target.spm``, ``vocab.json``. Nothing is
-downloaded. The checkpoint then works with every mt command: mt-translate, mt-eval, mt-serve, mt-export.
-What mt cannot represent is refused by its config.json field.
+``--from hf`` reads a Hugging Face ``MarianMTModel`` directory (OPUS-MT, or ``mt-export --to hf``) or an
+``M2M100ForConditionalGeneration`` one (M2M-100, NLLB-200) as ``save_pretrained`` or the Hub's download leaves
+it: ``config.json``, ``model.safetensors`` or ``pytorch_model.bin`` (read as tensors only), the tokenizer files
+(Marian's ``source.spm``, ``target.spm``, ``vocab.json``; ``sentencepiece.bpe.model`` with NLLB's
+``tokenizer.json`` or M2M-100's ``vocab.json``). Nothing is downloaded. The checkpoint then works with every
+mt command: mt-translate, mt-eval, mt-serve, mt-export, and mt-train (``EXP=finetune``). What mt cannot
+represent is refused by its config.json field.
 """
 
 from __future__ import annotations

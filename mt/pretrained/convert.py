@@ -27,6 +27,7 @@ from mt.pretrained.marian import import_marian
 ARCHITECTURES = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration"}
 IMPORTERS = {"marian": import_marian, "m2m_100": import_m2m100}
 ENGLISH = ("en", "eng_Latn")  # the default source of a model with language codes, where it has one
+TARGET_TAG = re.compile(r">>([A-Za-z_]+)<<")  # an OPUS-MT model's target tag, e.g. >>fra<<
 OPUS_MT_NAME = re.compile(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$", re.IGNORECASE)
 
 
@@ -73,10 +74,35 @@ def coded_languages(directory: HFDirectory, codes: list[str], source: str | None
     return source, target, into + [f"{x}-{source}" for x in others]
 
 
+def tagged_languages(directory: HFDirectory, tags: list[str], source: str | None, target: str | None,
+                     ) -> tuple[str, str, list[str]]:
+    """An OPUS-MT model of several targets (``>>fra<<`` pieces): its source (given, ``tokenizer_config.json``'s, or
+    the directory name's) and a pair into each tagged language, the default (``target``, else the first) first."""
+    tokenizer_config = directory.json("tokenizer_config.json")
+    named = OPUS_MT_NAME.search(directory.path.resolve().name)
+    source = source or tokenizer_config.get("source_lang") or (named and named.group(1))
+    if not source:
+        raise PretrainedError(f"{directory.path} does not say which language it translates from; give --source-lang")
+    if target is not None and target not in tags:
+        raise PretrainedError(f"{directory.path}: --target-lang {target}: the model's target tags are "
+                              f"{', '.join(tags)}")
+    target = target or tags[0]
+    return source, target, [f"{source}-{t}" for t in [target, *(t for t in tags if t != target)]]
+
+
+def target_tags(tokenizer) -> list[str]:
+    """The languages of a vocabulary's ``>>xx<<`` pieces (OPUS-MT's target tags), in vocabulary order."""
+    return [m.group(1) for piece in getattr(tokenizer, "vocab", []) if (m := TARGET_TAG.fullmatch(piece))]
+
+
 def data_config(directory: HFDirectory, tokenizers: Tokenizers, max_len: int, source: str | None,
                 target: str | None) -> DataConfig:
     """The checkpoint's ``data`` group: its languages (module doc) and source length limit."""
     codes = list(getattr(tokenizers.src, "language_codes", {}))
+    if not codes and len(tags := target_tags(tokenizers.src)) > 1:
+        src_lang, tgt_lang, pairs = tagged_languages(directory, tags, source, target)
+        return DataConfig(source="files", src_lang=src_lang, tgt_lang=tgt_lang, pairs=pairs, joint_vocab=True,
+                          max_len=max_len)
     if not codes:
         src_lang, tgt_lang = languages(directory, source, target)
         return DataConfig(source="files", src_lang=src_lang, tgt_lang=tgt_lang, joint_vocab=False, max_len=max_len)

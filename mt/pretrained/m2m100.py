@@ -17,7 +17,6 @@ the language codes numbered after it as ``M2M100Tokenizer`` numbers them (``toke
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -28,9 +27,9 @@ from mt.data import Tokenizers
 from mt.data.vocab_tokenizer import VocabTokenizer
 from mt.model import sinusoid_table
 from mt.pretrained.files import HFDirectory, PretrainedError
-from mt.pretrained.marian import embeddings, layer_options, logits_bias, refuse, unk_id
+from mt.pretrained.marian import bias_and_layers, embeddings, layer_options, refuse, unk_id
 from mt.pretrained.vocab import Reordered, reorder
-from mt.pretrained.weights import Weights, stack_weights
+from mt.pretrained.weights import Weights
 
 POSITION_OFFSET = 2  # fairseq numbers positions from padding_idx + 1 (M2M100SinusoidalPositionalEmbedding)
 # what transformers' M2M100Config gives a field that config.json leaves out
@@ -161,10 +160,4 @@ def import_m2m100(directory: HFDirectory) -> tuple[ModelConfig, dict[str, Tensor
     weights = Weights(directory.weights(), origin)
     positions(weights, cfg, origin)
     state = embeddings(weights, cfg, order, order, origin) | final_norms(weights)
-    if (bias := logits_bias(weights, order)) is not None:  # the masked copy of </s> in <s>
-        cfg = dataclasses.replace(cfg, logits_bias=True)
-        state["decoder.logits_bias"] = bias
-    state |= stack_weights(weights, "model.encoder", "encoder", cfg.encoder_layers, decoder=False)
-    state |= stack_weights(weights, "model.decoder", "decoder", cfg.decoder_layers, decoder=True)
-    weights.refuse_unused()
-    return cfg, state, tokenizers
+    return (*bias_and_layers(weights, cfg, state, order), tokenizers)  # the bias masks the copy of </s> in <s>

@@ -179,10 +179,17 @@ def import_marian(directory: HFDirectory) -> tuple[ModelConfig, dict[str, Tensor
     weights = Weights(directory.weights(), origin)
     cfg, state = positions(weights, cfg)
     state |= embeddings(weights, cfg, src_order, tgt_order, origin)
-    if (bias := logits_bias(weights, tgt_order)) is not None:
+    return (*bias_and_layers(weights, cfg, state, tgt_order), tokenizers)
+
+
+def bias_and_layers(weights: Weights, cfg: ModelConfig, state: dict[str, Tensor],
+                    tgt: Reordered) -> tuple[ModelConfig, dict[str, Tensor]]:
+    """``cfg`` and ``state`` with the logits bias (when the model needs one) and every layer's weights; the
+    Bart-family layout of Marian and M2M-100 alike. Refuses weights left without a place."""
+    if (bias := logits_bias(weights, tgt)) is not None:
         cfg = dataclasses.replace(cfg, logits_bias=True)
         state["decoder.logits_bias"] = bias
     state |= stack_weights(weights, "model.encoder", "encoder", cfg.encoder_layers, decoder=False)
     state |= stack_weights(weights, "model.decoder", "decoder", cfg.decoder_layers, decoder=True)
     weights.refuse_unused()
-    return cfg, state, tokenizers
+    return cfg, state

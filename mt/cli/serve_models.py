@@ -9,6 +9,10 @@ A models file (one ``[[model]]`` table per model, served in the file's order, wh
     source_lang = "en"                  # optional: rename the model's source / its one target language
     target_lang = "de"
 
+A model with language codes (an imported M2M-100 or NLLB-200) translates between any two of its languages, served
+under LibreTranslate's codes (``mt.serve.language_codes``) and named by its file (``nllb-200.pt``: ``nllb-200``);
+``source_lang`` then picks its default source (by either code) and ``target_lang`` must be one of its languages.
+
 Relative paths are read from the file's directory. Every spec is checked when the list is read (files
 there, languages known), so a wrong entry fails at start (or leaves a SIGHUP reload undone), naming it.
 """
@@ -106,13 +110,32 @@ def checkpoint_spec(args: argparse.Namespace, name: str | None) -> ModelSpec:
     from mt.cli.translate import checkpoint_paths
 
     paths = checkpoint_paths(args)
-    _, cfg = load_tokenizers_and_config(paths[0])
-    source, targets, tagged = served_languages(cfg, args)
-    languages = Languages(name or model_name(source, targets), source, tuple(targets), tagged)
+    tokenizers, cfg = load_tokenizers_and_config(paths[0])
+    if getattr(tokenizers.src, "language_codes", None):
+        languages = coded_model_languages(cfg, args, name or paths[0].stem)
+        # the Translator's default source is the model's own code of the default source
+        args = argparse.Namespace(**{**vars(args), "source_lang": languages.own_code(languages.source)})
+    else:
+        source, targets, tagged = served_languages(cfg, args)
+        languages = Languages(name or model_name(source, targets), source, tuple(targets), tagged)
     identity = ("mt", tuple(str(p.resolve()) for p in paths), tuple(p.stat().st_mtime_ns for p in paths),
-                args.precision, source, tuple(targets))
+                args.precision, languages.source, languages.targets)
     return ModelSpec(languages, lambda: load_checkpoint_engine(args, languages), identity, "mt",
                      " + ".join(map(str, paths)))
+
+
+def coded_model_languages(cfg, args: argparse.Namespace, name: str) -> Languages:
+    """A model with language codes (M2M-100, NLLB) serves every pair of its languages under LibreTranslate's codes
+    (``mt.serve.language_codes``); ``--source-lang`` (either code) picks the default source, ``--target-lang`` must
+    be one of its languages (neither renames one)."""
+    from mt.data.languages import source_languages, target_languages
+    from mt.serve.language_codes import coded_languages
+
+    languages = coded_languages(name, source_languages(cfg.data), target_languages(cfg.data), args.source_lang)
+    target = args.target_lang
+    if target is not None and target not in languages.targets and target not in dict(languages.codes).values():
+        raise UserError(f"target language {target!r} is not one of this model's: {', '.join(languages.targets)}")
+    return languages
 
 
 def load_checkpoint_engine(args: argparse.Namespace, languages: Languages):
@@ -129,8 +152,9 @@ def load_checkpoint_engine(args: argparse.Namespace, languages: Languages):
     translator, _, paths = load_translator(argparse.Namespace(**{**vars(args), "threads": threads}))
     print(f"mt-serve: decoding defaults {translator.cfg}", file=sys.stderr)
     models = " + ".join(map(str, paths))  # several: an ensemble
-    return TorchEngine(translator, languages.source, list(languages.targets), f"{models} on {translator.device}",
-                       tagged=languages.tagged)
+    own = languages.own_code  # the engine reads a model's own codes (NLLB's deu_Latn: mt.serve.language_codes)
+    return TorchEngine(translator, own(languages.source), [own(t) for t in languages.targets],
+                       f"{models} on {translator.device}", tagged=languages.tagged)
 
 
 def ct2_spec(directory: Path, args: argparse.Namespace, source_lang: str | None, target_lang: str | None,

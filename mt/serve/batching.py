@@ -5,11 +5,12 @@ language, its token cost, a future) into its model's queue (all queues together 
 and awaits the future; it never decodes. The worker serves the models with queued jobs in turn (round
 robin: after a batch of model A, every other model with waiting jobs gets a batch before A's next, so a
 flood of requests for one model delays another's by at most one batch each). From the chosen model's
-queue it takes the oldest job, then gathers later jobs with the same options (the batching key) in
-arrival order while their cost fits ``max_batch_tokens``, waiting at most ``max_wait_ms`` for more to
-arrive, and decodes all their lines in one ``engine.translate`` call, each line with its own job's
-target (a model of several target languages reads the target as a tag in the source ids, so jobs for
-different targets share a batch). A gather may hold several of the decoder's batches (Marian's
+queue it takes the oldest job, then gathers later jobs with the same options (the batching key; for a
+model with language codes, M2M-100 or NLLB, also the same source language: ``same_batch``) in arrival
+order while their cost fits ``max_batch_tokens``, waiting at most ``max_wait_ms`` for more to arrive,
+and decodes all their lines in one ``engine.translate`` call, each line with its own job's target (a
+model of several target languages reads the target as a tag in the source ids, so jobs for different
+targets share a batch). A gather may hold several of the decoder's batches (Marian's
 maxi-batch; by default ``GATHER_BATCHES``): the engine sorts its lines by length and decodes them in
 batches of similar lengths, which wastes fewer steps than lines in arrival order, and fewer of its
 batches run part-full than when each gather is one batch; each job is answered as soon as its own lines
@@ -71,6 +72,7 @@ class Job:
     engine: Engine  # the model's engine when the job was made (an unloaded model's jobs still finish on it)
     target: str | None = None  # the tag language of a model of several targets (None: no tag)
     align: Sequence[bool] | None = None  # per line: give its best translation's word links too
+    source: str | None = None  # the source's code for a model with language codes (None: the engine's default)
     queued_at: float = field(default_factory=time.monotonic)
 
 
@@ -236,8 +238,8 @@ class BatchingWorker:
 
     def _take_matching(self, queue: deque[Job], first: Job, batch: list[Job], tokens: int, limit: int
                        ) -> tuple[int, bool]:
-        """Move ``queue``'s jobs with ``first``'s options and engine into ``batch`` in arrival order while
-        they fit ``limit``.
+        """Move ``queue``'s jobs that may share ``first``'s batch (``same_batch``) into ``batch`` in arrival order
+        while they fit ``limit``.
 
         Returns the new token total and whether the batch is full (a matching job did not fit, or the
         budget is reached). Jobs whose request is gone are dropped from the queue on the way.
@@ -247,7 +249,7 @@ class BatchingWorker:
         for job in queue:
             if job.future.done():
                 continue
-            if not full and job.mergeable and job.options == first.options and job.engine is first.engine:
+            if not full and job.mergeable and same_batch(job, first):
                 if tokens + job.cost <= limit:
                     batch.append(job)
                     tokens += job.cost
@@ -269,8 +271,9 @@ class BatchingWorker:
         start = time.monotonic()
         try:
             aligned = {"align": align} if any(align) else {}  # only engines asked to align need to know how
+            source = {"source": batch[0].source} if batch[0].source is not None else {}  # a batch has one (same_batch)
             outputs = batch[0].engine.translate(lines, batch[0].options, targets, on_done=answers.lines_done,
-                                                **aligned)
+                                                **aligned, **source)
             answers.finish(outputs)
         except Exception as e:  # noqa: BLE001  (one bad batch fails its requests, not the server)
             answers.fail(BatchFailed(f"{type(e).__name__}: {e}"))
@@ -317,6 +320,12 @@ class Answers:
     def _answer(self, j: int, result: list | BaseException) -> None:
         self.answered[j] = True
         _resolve(self.jobs[j], result)
+
+
+def same_batch(job: Job, first: Job) -> bool:
+    """Whether ``job`` may join ``first``'s batch: the same options and engine, and the same source language (a
+    model with language codes reads its source's code, and the Translator takes one source a call)."""
+    return job.options == first.options and job.engine is first.engine and job.source == first.source
 
 
 def warm_up_target(engine: Engine) -> str | None:

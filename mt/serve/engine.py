@@ -4,7 +4,9 @@
 Requests choose a few decoding options (``Options``); the engine resolves them against its defaults
 into a ``DecodeConfig`` validated like any config, so a bad value is a 400 naming the option. A model
 of several target languages (``tagged``) reads each line's target as a tag before its source: the
-engine takes one target per line, so lines for different targets share a batch. ``translate`` also tells
+engine takes one target per line, so lines for different targets share a batch. A model with language codes
+(M2M-100, NLLB) also reads its source language's code first: ``TorchEngine.translate`` takes the lines' source
+(one a call: the Translator takes one; the worker batches one source at a time). ``translate`` also tells
 ``on_done`` of lines as they are finished (each line once), so the worker can answer a request before the
 rest of a large gather is decoded. ``TorchEngine.fill`` is the worker's second warm-up (see there).
 """
@@ -88,7 +90,8 @@ class Engine(Protocol):
         self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None,
         on_done: LinesDone | None = None, align: Sequence[bool] | None = None,
     ) -> list[Output]: ...  # ``targets``: each line's tag language (None: no tag); ``on_done``: see the module doc;
-    # ``align``: the lines whose best translation also gets its word links (``Output.links``)
+    # ``align``: the lines whose best translation also gets its word links (``Output.links``); an engine of a model
+    # with language codes also takes ``source=``, the code of the lines' source language (``TorchEngine``)
 
 
 class TorchEngine:
@@ -126,10 +129,11 @@ class TorchEngine:
 
     def translate(
         self, lines: Sequence[str], options: Options, targets: Sequence[str | None] | None = None,
-        on_done: LinesDone | None = None, align: Sequence[bool] | None = None,
+        on_done: LinesDone | None = None, align: Sequence[bool] | None = None, source: str | None = None,
     ) -> list[Output]:
         """The outputs of ``lines``; the Translator sorts them by length and decodes them in batches of
-        similar lengths, and ``on_done`` hears of each batch as it ends, its ``align`` lines aligned."""
+        similar lengths, and ``on_done`` hears of each batch as it ends, its ``align`` lines aligned. ``source``:
+        the lines' source language, a model with language codes' own code (None: the Translator's default)."""
         translator = self._translator(self.settings(options))
         per_line = line_targets(targets, len(lines))
         outputs: list[Output | None] = [None] * len(lines)
@@ -137,7 +141,7 @@ class TorchEngine:
         def batch_done(done: list[tuple[int, Translation]]) -> None:
             aligned = [(i, tr) for i, tr in done if align is not None and align[i]]
             links = translator.align([lines[i] for i, _ in aligned], [tr for _, tr in aligned],
-                                     [per_line[i] for i, _ in aligned]) if aligned else []
+                                     [per_line[i] for i, _ in aligned], source_lang=source) if aligned else []
             link_of = {i: found for (i, _), found in zip(aligned, links, strict=True)}
             finished = [(i, as_output(tr, link_of.get(i))) for i, tr in done]
             for i, output in finished:
@@ -145,7 +149,7 @@ class TorchEngine:
             if on_done is not None:
                 on_done(finished)
 
-        translator.translate_nbest(lines, target_lang=targets, on_batch=batch_done)
+        translator.translate_nbest(lines, target_lang=targets, on_batch=batch_done, source_lang=source)
         return [output for output in outputs if output is not None]
 
     def fill(self, max_batch_tokens: int, target: str | None = None) -> int:
@@ -196,7 +200,7 @@ class TorchEngine:
         """The served model and tokenizers with the search settings ``cfg``."""
         t = self.translator
         return Translator(t.model, t.tokenizers, cfg, t.device, max_positions=t.max_positions,
-                          max_src_len=t.max_src_len)
+                          max_src_len=t.max_src_len, source_lang=t.source_lang)
 
 
 def fill_lines(max_batch_tokens: int, rows: int, max_src_len: int | None, pieces_per_word: int = 1) -> list[str]:

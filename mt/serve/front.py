@@ -78,9 +78,9 @@ class Front:
         return engine
 
     def job(self, model: ServedModel, engine: Engine, lines: Sequence[str], options: Options,
-            target: str | None = None, align: Sequence[bool] | None = None) -> Job:
-        """A job for ``lines`` into ``target`` (a tag language, or None): options resolved (400 if invalid),
-        lengths checked, its batch cost counted."""
+            target: str | None = None, align: Sequence[bool] | None = None, source: str | None = None) -> Job:
+        """A job for ``lines`` into ``target`` (a tag language, or None) from ``source`` (the code of a model with
+        language codes, or None): options resolved (400 if invalid), lengths checked, its batch cost counted."""
         try:
             cfg = engine.settings(options)
         except UserError as e:
@@ -90,20 +90,20 @@ class Front:
         cost = sum(line_costs(engine, lines, rows_per_line(cfg), target))
         loop = asyncio.get_running_loop()
         return Job(list(lines), options, cost, cfg.strategy != "sample", loop, loop.create_future(), model, engine,
-                   target, align)
+                   target, align, source)
 
     async def translate(
         self, request: Request, model: ServedModel, lines: Sequence[str], options: Options,
-        target: str | None = None, align: Sequence[bool] | None = None,
+        target: str | None = None, align: Sequence[bool] | None = None, source: str | None = None,
     ) -> list[Output]:
-        """The outputs of ``lines`` by ``model`` (into ``target``, a tag language or None) in order, the
-        ``align`` ones with their word links; ApiError for a refusal (429, 500, 504), ClientLeft if the
-        client left."""
+        """The outputs of ``lines`` by ``model`` (into ``target``, a tag language or None; from ``source``, a code
+        or None: ``job``) in order, the ``align`` ones with their word links; ApiError for a refusal (429, 500,
+        504), ClientLeft if the client left."""
         self.check_ready()
         if not lines:
             return []
         engine = await self.engine(model)
-        job = self.job(model, engine, lines, options, target, align)
+        job = self.job(model, engine, lines, options, target, align, source)
         try:
             self.worker.submit(job)
         except QueueFull as e:

@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
+from mt.serve.language_codes import NAMES
 from mt.serve.limits import check_text
 from mt.serve.problems import bad_request
 from mt.serve.routing import Router
@@ -39,15 +40,10 @@ FIELD_ROOM = 1000  # bytes of a /translate body besides the text: the other fiel
 BYTES_PER_CHAR = 6  # the most one UTF-16 unit takes in a JSON body (a control character as \u00XX)
 FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default --frontend-timeout
 
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "cs": "Czech", "de": "German", "en": "English", "es": "Spanish", "fr": "French",
-    "it": "Italian", "ja": "Japanese", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
-    "ru": "Russian", "tr": "Turkish", "uk": "Ukrainian", "zh": "Chinese",
-}
-
 
 def language_name(code: str) -> str:
-    return LANGUAGE_NAMES.get(code, code)
+    """A code's English name (LibreTranslate's languages: ``mt.serve.language_codes``), else the code."""
+    return NAMES.get(code, code)
 
 
 def decode_utf8(raw: bytes, what: str) -> str:

@@ -290,7 +290,7 @@ def model_info(model: ServedModel) -> dict[str, Any]:
     engine = model.engine
     return {
         "name": model.name,
-        "pairs": [f"{languages_of.source}-{t}" for t in languages_of.targets],
+        "pairs": [f"{s}-{t}" for s in languages_of.reads for t in languages_of.targets if s != t],
         "engine": model.spec.kind,
         "path": model.spec.what,
         "loaded": engine is not None,

@@ -6,6 +6,10 @@ that translates ``source -> target``; (3) a pivot language ``P`` with ``source -
 both served directly, the pivots tried in the order the languages first appear in the list's pairs
 (each hop's model again the first that serves it). A pair no rule reaches is not served. Nothing here
 loads a model: routing reads each model's languages only.
+
+A model with language codes (M2M-100, NLLB) reads any of its languages (``Languages.sources``) and is served under
+LibreTranslate's codes (``mt.serve.language_codes``): its hops carry its own codes of the languages (``Hop.tag``,
+``Hop.source_code``), and a request may name a language by the model's own code (``Router.served``).
 """
 
 from __future__ import annotations
@@ -16,15 +20,36 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Languages:
-    """What one model translates: its name, its source and its targets (``tagged``: a tag picks the target)."""
+    """What one model translates: its name, its source and its targets (``tagged``: a tag picks the target).
+
+    A model with language codes reads several sources: ``sources`` lists them all (``source``, its default, first)
+    and each request's source is given to it as a code (``Hop.source_code``); ``codes`` pairs each served code with
+    the model's own where they differ (``de`` with NLLB's ``deu_Latn``).
+    """
 
     name: str
     source: str
     targets: tuple[str, ...]
     tagged: bool = False
+    sources: tuple[str, ...] = ()
+    codes: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every source language it translates from."""
+        return self.sources or (self.source,)
 
     def serves(self, source: str, target: str) -> bool:
-        return source == self.source and target in self.targets
+        return source in self.reads and target in self.targets
+
+    def own_code(self, lang: str) -> str:
+        """The model's own code of the served language ``lang``."""
+        return dict(self.codes).get(lang, lang)
+
+    def hop(self, source: str, target: str) -> Hop:
+        """The hop of ``source -> target`` by this model, with its own codes of what it reads as tags."""
+        return Hop(self.name, source, target, self.own_code(target) if self.tagged else None,
+                   self.own_code(source) if self.sources else None)
 
 
 def model_name(source: str, targets: Sequence[str]) -> str:
@@ -34,12 +59,14 @@ def model_name(source: str, targets: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Hop:
-    """One translation step: ``model`` turns ``source`` into ``target`` (``tag``: the target's tag, or None)."""
+    """One translation step: ``model`` turns ``source`` into ``target`` (``tag``: the target's tag, or None;
+    ``source_code``: the source's code for a model with language codes, or None)."""
 
     model: str
     source: str
     target: str
     tag: str | None
+    source_code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,11 +91,19 @@ class Router:
 
     def __init__(self, models: Sequence[Languages]) -> None:
         self.models = list(models)
+        self._served = set(self.languages())
+        self._aliases = {own: shown for m in self.models for shown, own in m.codes}
+        self._targets: dict[str, list[str]] = {}  # targets_of, computed once a source
+
+    def served(self, lang: str) -> str:
+        """A request's language as the models serve it: a model's own code (NLLB's ``deu_Latn``) is the code it is
+        served under (``de``); any other code stays as it is."""
+        return lang if lang in self._served else self._aliases.get(lang, lang)
 
     def direct(self, source: str, target: str) -> Hop | None:
         for m in self.models:
             if m.serves(source, target):
-                return Hop(m.name, source, target, target if m.tagged else None)
+                return m.hop(source, target)
         return None
 
     def route(self, source: str, target: str, model: str | None = None) -> Route:
@@ -92,25 +127,45 @@ class Router:
         m = found[0]
         if not m.serves(source, target):
             raise NoRoute(f"model {name} does not translate {source} -> {target} ({self.describe([m])})")
-        return Hop(m.name, source, target, target if m.tagged else None)
+        return m.hop(source, target)
 
     def languages(self) -> list[str]:
         """Every language of the list, in order of first appearance (sources before their targets)."""
-        return list(dict.fromkeys(lang for m in self.models for lang in (m.source, *m.targets)))
+        return list(dict.fromkeys(lang for m in self.models for lang in (*m.reads, *m.targets)))
 
     def sources(self) -> list[str]:
         """The languages some model reads, in the list's order."""
-        return list(dict.fromkeys(m.source for m in self.models))
+        return list(dict.fromkeys(lang for m in self.models for lang in m.reads))
 
     def targets_of(self, source: str) -> list[str]:
         """What ``source`` reaches, directly first (in the list's order), then through a pivot."""
-        direct = [t for m in self.models if m.source == source for t in m.targets]
-        pivoted = [t for p in direct for m in self.models if m.source == p for t in m.targets]
-        return [t for t in dict.fromkeys(direct + pivoted) if t != source]
+        if source not in self._targets:
+            direct = [t for m in self.models if source in m.reads for t in m.targets]
+            pivoted: list[str] = []
+            expanded: set[int] = set()  # a model's targets once: through another pivot they add nothing new
+            for pivot in dict.fromkeys(direct):
+                for i, m in enumerate(self.models):
+                    if i not in expanded and pivot in m.reads:
+                        expanded.add(i)
+                        pivoted.extend(m.targets)
+            self._targets[source] = [t for t in dict.fromkeys(direct + pivoted) if t != source]
+        return list(self._targets[source])
 
     def describe(self, models: Sequence[Languages] | None = None) -> str:
-        """``served: en -> de, fr; de -> en`` (the pairs of ``models``, all by default)."""
+        """``served: en -> de, fr; de -> en`` (the pairs of ``models``, all by default); a model that reads several
+        sources as ``between any two of en, de, fr`` (or ``en, de -> de, fr``)."""
         by_source: dict[str, list[str]] = {}
+        several = []
         for m in models if models is not None else self.models:
+            if m.sources:
+                several.append(describe_several(m))
+                continue
             by_source.setdefault(m.source, []).extend(t for t in m.targets if t not in by_source.get(m.source, []))
-        return "served: " + "; ".join(f"{s} -> {', '.join(ts)}" for s, ts in by_source.items())
+        return "served: " + "; ".join([*(f"{s} -> {', '.join(ts)}" for s, ts in by_source.items()), *several])
+
+
+def describe_several(m: Languages) -> str:
+    """The pairs of a model that reads several sources, in one phrase."""
+    if set(m.sources) == set(m.targets):
+        return f"between any two of {', '.join(m.sources)}"
+    return f"{', '.join(m.sources)} -> {', '.join(m.targets)}"

@@ -67,7 +67,8 @@ async def detect_sources(service: Front, documents: Sequence[Document]) -> list[
 
 def language_identifier(service: Front):
     """The identifier over the models' source languages that it knows (built on first use, again after a
-    reload); 400 when it knows none of them (a request must then name its source)."""
+    reload; a model with language codes reads them under LibreTranslate's codes, ``mt.serve.language_codes``);
+    400 when it knows none of them (a request must then name its source)."""
     if service.identifier is None:
         from mt.document.language import LANGUAGES, LanguageIdentifier
 
@@ -81,9 +82,10 @@ def language_identifier(service: Front):
 
 
 def route_of(models: ModelSet, source: str, target: str, model: str | None = None) -> Route:
-    """The route of ``source -> target`` over ``models``; LibreTranslate's 400 naming what is served when
-    there is none."""
+    """The route of ``source -> target`` over ``models`` (either named by a model's own code too, NLLB's
+    ``deu_Latn``: ``Router.served``); LibreTranslate's 400 naming what is served when there is none."""
     router = models.router
+    source, target = router.served(source), router.served(target)
     if model is None and source not in router.sources():
         raise bad_request(f"{source} is not supported ({router.describe()})")
     if model is None and target not in router.targets_of(source):
@@ -139,7 +141,7 @@ async def translate_lines(
     for k, hop in enumerate(hops):
         last = k == len(hops) - 1
         found = await service.translate(request, group.models[hop.model], lines, options if last else Options(),
-                                        hop.tag, align)
+                                        hop.tag, align, hop.source_code)
         outputs = found if outputs is None else [compose(a, b) for a, b in zip(outputs, found, strict=True)]
         lines = [o.text for o in found]
     return outputs or []

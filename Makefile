@@ -26,7 +26,7 @@ HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
 .PHONY: install test train translate eval export import summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
-.PHONY: serve bench-serve bench-serve-models eval-documents
+.PHONY: serve bench-serve bench-serve-models bench-finetune eval-documents
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
@@ -89,6 +89,10 @@ eval-documents: $(STAMP)
 
 bench-serve: $(STAMP)
 	$(BIN)/python scripts/bench_serve.py $(if $(CKPT),--ckpt $(CKPT)) $(ARGS)
+
+# fine-tuning the OPUS-MT shape: mt against transformers' Seq2SeqTrainer (docs/benchmarks.md)
+bench-finetune: $(STAMP)
+	$(BIN)/python scripts/bench_finetune.py $(ARGS)
 
 # two models behind one server: each alone and both at once (64 clients), and the memory of 1-4 models
 bench-serve-models: $(STAMP)

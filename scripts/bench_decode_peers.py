@@ -17,8 +17,13 @@ The decoding twin of ``make bench-peers``. Two models, each decoded by both engi
   EOS is banned before that (mt's ``min_len``, CTranslate2's ``min_decoding_length``) and the limit is that
   (mt: ``max_len_a=0, max_len_b=40``, then its forced EOS step; CTranslate2: ``max_decoding_length``), so
   the work is equal and bound by the matrix products.
+- ``opus``: the OPUS-MT shape (``opus_mt_shape.py``: opus-mt-en-de's configuration, SiLU, 58,101 pieces, random
+  weights) as a transformers directory, imported by ``mt-import`` on mt's side and converted by CTranslate2's
+  own converter on its side (what LibreTranslate and Argos users run), on the first ``--n-base`` lines with
+  ``--base-pieces`` pieces each, as ``base``. ``--no-opus`` leaves it out.
 
-1. Converts each checkpoint with mt-export (``mt.export.export_ctranslate2``, float32) into ``--work-dir``.
+1. Converts the mini and base checkpoints with mt-export (``mt.export.export_ctranslate2``, float32) into
+   ``--work-dir``; builds, imports and converts the OPUS-MT shape there.
 2. Refuses to start while another process uses more than half a core (``--force`` overrides), and
    chooses CTranslate2's CPU backend: Intel MKL or its own (``--ct2-mkl``, ``choose_ct2_backend``).
 3. For each of ``--pairs`` pairs and each model: mt, then CTranslate2, each in its own fresh process
@@ -227,7 +232,15 @@ def random_checkpoint(mini: Path, out: Path, model_name: str, overrides: list[st
     return out
 
 
-def model_specs(args: argparse.Namespace, mini: Path, base: Path) -> dict[str, dict]:
+def opus_models(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The OPUS-MT shape: mt's import of the random directory and CTranslate2's own conversion of it."""
+    from opus_mt_shape import ct2_conversion, mt_import, opus_mt_directory
+
+    directory = opus_mt_directory(args.work_dir / "opus-mt-shape", args.data_dir, smoke=args.smoke)
+    return mt_import(directory, args.work_dir / "opus.pt"), ct2_conversion(directory, args.work_dir / "ct2-opus")
+
+
+def model_specs(args: argparse.Namespace, mini: Path, base: Path, opus: tuple[Path, Path] | None) -> dict[str, dict]:
     """Each model's worker settings (both engines): checkpoint, sentences, penalty, limits."""
     from mt.checkpoint import load_checkpoint
     from mt.config import to_config
@@ -235,10 +248,12 @@ def model_specs(args: argparse.Namespace, mini: Path, base: Path) -> dict[str, d
     from mt.export.common import search_defaults
 
     specs = {}
-    for name, ckpt in (("mini", mini), ("base", base)):
+    models = [("mini", mini, None), ("base", base, None)] + ([("opus", *opus)] if opus else [])
+    for name, ckpt, converted in models:
         cfg = to_config(load_checkpoint(ckpt)["config"])
-        ct2_dir = args.work_dir / f"ct2-{name}"
-        export_ctranslate2(ckpt, ct2_dir, None, force=True)  # every run: the directory may hold another model
+        ct2_dir = converted or args.work_dir / f"ct2-{name}"
+        if converted is None:
+            export_ctranslate2(ckpt, ct2_dir, None, force=True)  # every run: the directory may hold another model
         common = dict(ckpt=str(ckpt), model=str(ct2_dir), input=str(args.input), threads=args.threads,
                       ct2_inter=args.ct2_inter, mt_workers=args.mt_workers,
                       precision=args.precision,
@@ -343,6 +358,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--base-pieces", type=int, default=40, help="pieces every base-model output has")
     p.add_argument("--base-model", default="transformer_base", help="the random model's config (conf/model)")
     p.add_argument("--base-overrides", nargs="*", default=[], help="overrides of the random model's config")
+    p.add_argument("--no-opus", action="store_true", help="leave out the OPUS-MT shape (opus_mt_shape.py)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--max-sentences", type=int, default=64)
@@ -382,7 +398,7 @@ def main() -> None:
     args.work_dir.mkdir(parents=True, exist_ok=True)
     mini = args.ckpt_mini or train_mini(args.data_dir)
     base = random_checkpoint(mini, args.work_dir / "base.pt", args.base_model, args.base_overrides)
-    specs = model_specs(args, mini, base)
+    specs = model_specs(args, mini, base, None if args.no_opus else opus_models(args))
     choose_ct2_backend(args, specs["mini"])
     session = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mt_commit": git_commit(),
                "threads": args.threads, "beam": args.beam, "max_sentences": args.max_sentences,
@@ -394,7 +410,8 @@ def main() -> None:
           f"{CT2_COMPUTE[args.precision]}{inter}), beam {args.beam} (|Y|^alpha, fairseq's stop) and greedy, "
           f"batches of <= {args.max_sentences} sentences; mini: {specs['mini']['n']} lines, alpha "
           f"{specs['mini']['alpha']}; base ({args.base_model}, random): {specs['base']['n']} lines x "
-          f"{args.base_pieces} pieces", flush=True)
+          f"{args.base_pieces} pieces" + ("" if args.no_opus else "; opus (the OPUS-MT shape, random): the same"),
+          flush=True)
     runs: list[dict] = []
     args.results.parent.mkdir(parents=True, exist_ok=True)
     with args.results.open("a") as results:

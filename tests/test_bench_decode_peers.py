@@ -67,16 +67,18 @@ def test_smoke_run_prints_the_four_ratios_last(tmp_path, multi30k_dir):
          "--threads", "2", "--ct2-inter", "2", "--mt-workers", "2"],  # both engines: 2 at a time, 1 thread each
         capture_output=True, text=True, env=env, check=True,
     ).stdout
-    last = out.strip().splitlines()[-4:]
+    last = out.strip().splitlines()[-6:]
     assert [line.split(":")[0] for line in last] == [
-        "ratio beam4 mini", "ratio greedy mini", "ratio beam4 base", "ratio greedy base"]
+        "ratio beam4 mini", "ratio greedy mini", "ratio beam4 base", "ratio greedy base", "ratio beam4 opus",
+        "ratio greedy opus"]
     assert all(re.fullmatch(r"ratio \w+ \w+: \d+\.\d\d", line) for line in last)
     assert re.search(r"mini beam: \d+/8 of mt's outputs equal CTranslate2's", out)
     assert "(pieces 5-5, mean 5.0" in out  # the base model: exactly --base-pieces pieces on both sides
     assert "(CTranslate2 float32, 2 batches at a time)" in out and "(mt 2 decoding processes)" in out
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert [(r["model"], r["engine"]) for r in rows] == [
-        ("mini", "mt"), ("mini", "ct2"), ("base", "mt"), ("base", "ct2")]
+        ("mini", "mt"), ("mini", "ct2"), ("base", "mt"), ("base", "ct2"), ("opus", "mt"), ("opus", "ct2")]
+    assert "opus mt  beam  " in out and out.count("(pieces 5-5, mean 5.0") == 8  # base and opus, both engines
     assert {r["ct2_inter"] for r in rows} == {r["mt_workers"] for r in rows} == {2}
     assert all(r[search]["cpu_s"] > 0 for r in rows for search in ("beam", "greedy"))
 

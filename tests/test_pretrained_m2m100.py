@@ -287,3 +287,13 @@ def test_refill_forces_each_joining_sentence(imported, sources, strategy):
     assert mt_search(ckpt, sources[:18], lang["en"], targets, refill="all", **options) == whole
     sampled = mt_search(ckpt, sources[:6], lang["en"], lang["fr"], strategy="sample", top_k=1)
     assert sampled == mt_search(ckpt, sources[:6], lang["en"], lang["fr"], strategy="greedy")
+
+
+def test_ctranslate2_export_is_refused_by_name(imported, tmp_path):
+    """CTranslate2 needs the target's code as a target_prefix: until the export says so, it refuses."""
+    pytest.importorskip("ctranslate2")
+    from mt.export import ExportError, export_ctranslate2
+
+    with pytest.raises(ExportError, match="M2M-100 / NLLB model .* cannot be exported to CTranslate2 yet"):
+        export_ctranslate2(imported[1], tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()

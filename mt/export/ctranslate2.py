@@ -206,6 +206,16 @@ def check_quantization(quantization: str | None) -> None:
         raise ExportError(f"--quantization {quantization} is not a CTranslate2 type; expected one of {choices}")
 
 
+def refuse_language_codes(source) -> None:
+    """An imported M2M-100 / NLLB model starts each output with its target's code (a forced first token), which
+    a CTranslate2 caller must give as ``target_prefix``: refused until the export and its README say how."""
+    if getattr(source.tokenizers.src, "language_codes", None):
+        raise ExportError(
+            "an M2M-100 / NLLB model (language codes such as eng_Latn) cannot be exported to CTranslate2 yet: each "
+            "translation needs its target's code as a target_prefix; serve or translate it with mt instead"
+        )
+
+
 def export_ctranslate2(
     ckpt: str | Path, out: str | Path, quantization: str | None = None, force: bool = False
 ) -> list[str]:
@@ -213,6 +223,7 @@ def export_ctranslate2(
     converters = need("ctranslate2.converters", "ctranslate2")
     check_quantization(quantization)
     source, out = load_source(ckpt), Path(out)
+    refuse_language_codes(source)
     prepare_output_dir(out, force)
     src_pieces, tgt_pieces = pieces(source.tokenizers.src), pieces(source.tokenizers.tgt)
 

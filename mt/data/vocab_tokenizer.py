@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from mt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_IDS, UNK_ID, Tokenizer
 
 SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 LANGUAGE_CODE = re.compile(r"__(?P<m2m>[a-z]{2,3})__|(?P<nllb>[a-z]{3}_[A-Z][a-z]{3})")  # __en__, eng_Latn
@@ -55,6 +55,7 @@ class VocabTokenizer(Tokenizer):
         added = [(i, piece) for i, piece in enumerate(vocab) if i not in SPECIAL_PIECES and piece not in made]
         self._codes = {code.group("m2m") or piece: i for i, piece in added if (code := LANGUAGE_CODE.fullmatch(piece))}
         self._skipped = {i for i, piece in added if CONTROL_NAME.fullmatch(piece)} | set(self._codes.values())
+        self._dropped = SPECIAL_IDS | self._skipped  # what decode leaves out
 
     @property
     def language_codes(self) -> dict[str, int]:
@@ -99,7 +100,10 @@ class VocabTokenizer(Tokenizer):
         return [tag + self._model_ids(ids) for (tag, _), ids in zip(split, sampled, strict=True)]
 
     def decode(self, ids: Iterable[int]) -> str:
-        return self.decode_with_spans(list(ids))[0]
+        """``decode_with_spans``' text, without the spans' bookkeeping."""
+        n = len(self._vocab)
+        text = self._sp.decode_pieces([self._vocab[i] for i in ids if i not in self._dropped and 0 <= i < n])
+        return text.replace("\u2581", " ").strip()
 
     def encode_with_spans(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         tag, rest = self._split_tag(text)

@@ -41,13 +41,19 @@ class ImportReport:
     parameters: int
 
 
-def languages(directory: HFDirectory, source: str | None, target: str | None) -> tuple[str, str]:
-    """The language pair: given, else ``tokenizer_config.json``'s ``source_lang`` / ``target_lang``, else an
-    OPUS-MT directory name (``opus-mt-en-de``)."""
+def stated_languages(directory: HFDirectory) -> tuple[str | None, str | None]:
+    """The pair a Marian directory states: ``tokenizer_config.json``'s ``source_lang`` / ``target_lang``, else an
+    OPUS-MT directory name's (``opus-mt-en-de``); None where neither says."""
     tokenizer_config = directory.json("tokenizer_config.json")
     named = OPUS_MT_NAME.search(directory.path.resolve().name)
-    source = source or tokenizer_config.get("source_lang") or (named and named.group(1))
-    target = target or tokenizer_config.get("target_lang") or (named and named.group(2))
+    return (tokenizer_config.get("source_lang") or (named and named.group(1)) or None,
+            tokenizer_config.get("target_lang") or (named and named.group(2)) or None)
+
+
+def languages(directory: HFDirectory, source: str | None, target: str | None) -> tuple[str, str]:
+    """The language pair: given, else the one the directory states (``stated_languages``)."""
+    stated = stated_languages(directory)
+    source, target = source or stated[0], target or stated[1]
     if not source or not target:
         missing = " and ".join(flag for flag, v in (("--source-lang", source), ("--target-lang", target)) if not v)
         raise PretrainedError(f"{directory.path} does not say which languages it translates; give {missing}")
@@ -78,9 +84,7 @@ def tagged_languages(directory: HFDirectory, tags: list[str], source: str | None
                      ) -> tuple[str, str, list[str]]:
     """An OPUS-MT model of several targets (``>>fra<<`` pieces): its source (given, ``tokenizer_config.json``'s, or
     the directory name's) and a pair into each tagged language, the default (``target``, else the first) first."""
-    tokenizer_config = directory.json("tokenizer_config.json")
-    named = OPUS_MT_NAME.search(directory.path.resolve().name)
-    source = source or tokenizer_config.get("source_lang") or (named and named.group(1))
+    source = source or stated_languages(directory)[0]
     if not source:
         raise PretrainedError(f"{directory.path} does not say which language it translates from; give --source-lang")
     if target is not None and target not in tags:

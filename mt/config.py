@@ -126,6 +126,9 @@ class ModelConfig:
     qk_norm: bool = False  # RMSNorm on each head's queries and keys
     max_positions: int = 1024
     share_all_embeddings: bool = True  # needs a joint vocabulary; else decoder in/out tying only
+    # the output projection is the target embedding (section 3.4); false: a matrix of its own (an imported model's
+    # untied lm_head)
+    tie_output: bool = True
 
 
 @dataclass

@@ -39,7 +39,7 @@ def spm_pieces(proto: bytes) -> list[str]:
 
 def marian_directory(out: Path, multi30k: Path, *, separate_vocabs: bool = False, activation: str = "swish",
                      d_model: int = 32, layers: int = 2, extra_rows: int = 0, seed: int = 0,
-                     tags: tuple[str, ...] = ()) -> Path:
+                     tags: tuple[str, ...] = (), tied: bool = True) -> Path:
     """A random ``MarianMTModel`` en-de (or en into each of ``tags``) saved with its ``MarianTokenizer`` at ``out``.
     Its random ``final_logits_bias`` favours ``</s>`` (+6), so that outputs end on their own at various lengths: at a
     length limit transformers gives the forced ``</s>`` probability 1, mt (as fairseq) the model's."""
@@ -74,7 +74,7 @@ def marian_directory(out: Path, multi30k: Path, *, separate_vocabs: bool = False
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=2 * d_model,
         decoder_ffn_dim=2 * d_model, activation_function=activation, max_position_embeddings=128,
         scale_embedding=True, pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
-        forced_eos_token_id=0, dropout=0.0,
+        forced_eos_token_id=0, dropout=0.0, tie_word_embeddings=tied,
     )
     torch.manual_seed(seed)
     model = transformers.MarianMTModel(config).eval()
@@ -142,14 +142,15 @@ NLLB_CODES = {"en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn"}
 
 def m2m100_directory(out: Path, multi30k: Path, *, nllb: bool = False, d_model: int = 32, layers: int = 2,
                      extra_rows: int = 8, std: float = 0.5, eos_bias: float = 8.0, scale_embedding: bool = True,
-                     seed: int = 0) -> Path:
+                     seed: int = 0, tied: bool = True) -> Path:
     """A random ``M2M100ForConditionalGeneration`` saved with its tokenizer at ``out``, one SentencePiece model for
     en, de and fr captions. M2M-100's layout (``nllb=False``): ``M2M100Tokenizer``'s ``vocab.json`` (fairseq's
     ``<s> <pad> </s> <unk>``, then the pieces in another order than SentencePiece's), its 100 language codes
     numbered after it and ``extra_rows`` rows past them (M2M-100's "madeup words"). NLLB's: ``NllbTokenizer``'s
     ``tokenizer.json`` (SentencePiece's ids + 1), the codes ``eng_Latn deu_Latn fra_Latn`` after the pieces, then
     ``<mask>``. The decoder's final norm and the ``</s>`` row are drawn so that ``</s>`` gets about ``eos_bias``
-    more in the logits (M2M-100 has no ``final_logits_bias``): outputs end on their own at various lengths."""
+    more in the logits (M2M-100 has no ``final_logits_bias``): outputs end on their own at various lengths.
+    ``tied=False``: an output projection (``lm_head``) apart from the one embedding the stacks share."""
     lines = [line for lang in ("en", "de", "fr") for line in captions(multi30k, lang, 1000)]
     proto = fairseq_spm(lines, 600)
     out.mkdir(parents=True)
@@ -170,6 +171,7 @@ def m2m100_directory(out: Path, multi30k: Path, *, nllb: bool = False, d_model: 
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=2 * d_model,
         decoder_ffn_dim=2 * d_model, max_position_embeddings=128, dropout=0.0, attention_dropout=0.0,
         pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, scale_embedding=scale_embedding,
+        tie_word_embeddings=tied,
     )
     torch.manual_seed(seed)
     model = transformers.M2M100ForConditionalGeneration(config).eval()
@@ -179,9 +181,12 @@ def m2m100_directory(out: Path, multi30k: Path, *, nllb: bool = False, d_model: 
                 p.normal_(0.0, std)
             elif "layer_norm" in name:
                 p.normal_(1.0 if name.endswith("weight") else 0.0, 0.2)
+        if not tied:  # the stacks read the shared embedding (transformers 4 ties them whatever the config says)
+            model.model.encoder.embed_tokens.weight.copy_(model.model.shared.weight)
+            model.model.decoder.embed_tokens.weight.copy_(model.model.shared.weight)
         direction = torch.randn(d_model)
         model.model.decoder.layer_norm.bias.copy_(direction)
-        model.model.shared.weight[config.eos_token_id] += direction * eos_bias / direction.norm() ** 2
+        model.get_output_embeddings().weight[config.eos_token_id] += direction * eos_bias / direction.norm() ** 2
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out

@@ -123,7 +123,8 @@ def test_a_future_target_token_does_not_change_earlier_outputs(options: dict[str
     assert not torch.allclose(a[:, 4:], b[:, 4:])
 
 
-@pytest.mark.parametrize("options", [*params, {"positions": "learned"}, {}], ids=[*ids, "learned", "paper"])
+@pytest.mark.parametrize("options", [*params, {"positions": "learned"}, {"tie_output": False}, {}],
+                         ids=[*ids, "learned", "untied_output", "paper"])
 @pytest.mark.parametrize("shared", [True, False])
 def test_parameter_count_equals_the_closed_form(options: dict[str, Any], shared: bool) -> None:
     cfg = ModelConfig(encoder_layers=2, decoder_layers=3, d_model=32, d_ff=64, heads=4, max_positions=16,
@@ -132,6 +133,22 @@ def test_parameter_count_equals_the_closed_form(options: dict[str, Any], shared:
     counts = count_parameters(model)
     assert counts == closed_form_for(cfg, V)
     assert counts["total"] == sum(p.numel() for p in model.parameters())
+
+
+def test_an_untied_output_projection_is_a_matrix_of_its_own_that_trains() -> None:
+    """``tie_output=false``: the logits come from ``decoder.output_projection`` (V, D), not the embedding;
+    both get gradients, and the summary says the output is untied."""
+    cfg = ModelConfig(encoder_layers=1, decoder_layers=1, d_model=32, d_ff=64, heads=4, tie_output=False)
+    model = build_model(cfg, V, V)
+    projection = model.decoder.output_projection
+    assert projection is not None and projection.shape == (V, 32)
+    assert model.decoder.output_weight is projection and projection is not model.decoder.embedding.token.weight
+    src = torch.randint(4, V, (2, 5))
+    hidden = torch.randn(2, 3, 32)
+    torch.testing.assert_close(model.decoder.project(hidden), hidden @ projection.T)
+    model(src, src == 0, src[:, :3]).sum().backward()
+    assert projection.grad is not None and model.decoder.embedding.token.weight.grad is not None
+    assert "output untied" in summary(cfg, V)
 
 
 def test_swiglu_hidden_size_matches_the_relu_ffn_weights() -> None:

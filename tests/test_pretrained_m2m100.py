@@ -25,7 +25,7 @@ from mt.pretrained import PretrainedError, import_hf
 
 # each family's layout, and settings of the random model whose outputs end at various lengths
 VARIANTS = {
-    "m2m100": dict(eos_bias=8.0, scale_embedding=False),
+    "m2m100": dict(eos_bias=14.0, scale_embedding=False, tied=False),  # an lm_head of its own
     "nllb": dict(nllb=True, eos_bias=14.0),
 }
 LANGUAGES = {"m2m100": {"en": "en", "de": "de", "fr": "fr"}, "nllb": NLLB_CODES}  # mt's names of en, de, fr
@@ -265,7 +265,6 @@ def test_refusals_name_the_field(tmp_path, multi30k_dir):
         ("decoder_ffn_dim", 16, "decoder_ffn_dim=16: differs from encoder_ffn_dim=64"),
         ("layernorm_embedding", True, "layernorm_embedding=True: mt has no norm between the embeddings"),
         ("num_experts", 4, "num_experts=4: a mixture of experts"),
-        ("tie_word_embeddings", False, "tie_word_embeddings=False: an output projection apart from the embedding"),
         ("model_type", "nllb-moe", "model_type='nllb-moe'; mt imports MarianMTModel .*M2M100ForConditionalGeneration"),
     ]:
         (directory / "config.json").write_text(json.dumps(config | {field: value}))
@@ -289,11 +288,24 @@ def test_refill_forces_each_joining_sentence(imported, sources, strategy):
     assert sampled == mt_search(ckpt, sources[:6], lang["en"], lang["fr"], strategy="greedy")
 
 
-def test_ctranslate2_export_is_refused_by_name(imported, tmp_path):
-    """CTranslate2 needs the target's code as a target_prefix: until the export says so, it refuses."""
-    pytest.importorskip("ctranslate2")
-    from mt.export import ExportError, export_ctranslate2
+def test_ctranslate2_greedy_with_the_code_as_target_prefix_equals_mt(imported, sources, tmp_path):
+    """The export keeps the codes as pieces: a source is [its code] + pieces, the target's code is the
+    ``target_prefix`` (counted by ``max_decoding_length``), and the pieces after it are mt's greedy output."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from mt.export import export_ctranslate2
 
-    with pytest.raises(ExportError, match="M2M-100 / NLLB model .* cannot be exported to CTranslate2 yet"):
-        export_ctranslate2(imported[1], tmp_path / "ct2")
-    assert not (tmp_path / "ct2").exists()
+    _, ckpt, lang, code = imported
+    export_ctranslate2(ckpt, tmp_path / "ct2")
+    tokenizers, _ = load_tokenizers_and_config(ckpt)
+    source_code, target_code = code.format(lang["en"]), code.format(lang["de"])
+    readme = (tmp_path / "ct2" / "README.md").read_text()
+    assert f'target_prefix=[["{target_code}"]]' in readme and "hypotheses[0][1:]" in readme
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    tokens = [[source_code, *map(tokenizers.src.id_to_piece, tokenizers.src.encode(line))] for line in sources]
+    results = translator.translate_batch(tokens, target_prefix=[[target_code]] * len(sources), beam_size=1,
+                                         max_decoding_length=LIMIT + 1)
+    assert all(r.hypotheses[0][0] == target_code for r in results)
+    theirs = [[tokenizers.tgt.piece_id(p) for p in r.hypotheses[0][1:]] for r in results]
+    ours = mt_search(ckpt, sources, lang["en"], lang["de"], strategy="greedy")
+    assert theirs == ours
+    assert 10 < sum(len(t) < LIMIT for t in ours) < len(ours)  # outputs of several lengths, some at the limit

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremo
 
 VARIANTS = {
     "shared_swish": {},
-    "separate_relu": {"separate_vocabs": True, "activation": "relu"},
+    "separate_relu_untied": {"separate_vocabs": True, "activation": "relu", "tied": False},
     "gelu_extra_rows": {"activation": "gelu", "extra_rows": 5},
 }
 
@@ -32,6 +32,16 @@ def imported(request, tmp_path_factory, multi30k_dir):
     directory = marian_directory(base / "hf", multi30k_dir, **VARIANTS[request.param])
     report = import_hf(directory, base / "model.pt")
     return directory, report.out
+
+
+def test_an_untied_lm_head_is_the_output_projection_of_its_own(imported):
+    """``tie_word_embeddings=false``: ``model.tie_output=false``, a matrix apart from the target embedding."""
+    directory, ckpt = imported
+    model, _, cfg = load_for_inference(ckpt)
+    tied = json.loads((directory / "config.json").read_text()).get("tie_word_embeddings", True)
+    assert cfg.model.tie_output == tied
+    assert (model.decoder.output_weight is model.decoder.embedding.token.weight) == tied
+    assert ("decoder.output_projection" in model.state_dict()) != tied
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,10 @@ the output projection's bias (its ``-inf`` rows at the ban value below). The mod
 - ``model.kv_heads``: ``num_heads_kv`` (grouped- or multi-query attention in self- and cross-attention;
   the fused projection is Q|K|V with K and V of ``kv_heads`` heads, mt's ``q`` then ``kv``).
 
+An imported M2M-100 / NLLB model exports as it is: its sources start with the source language's code (a
+piece like any other) and each translation with the target's, which a CTranslate2 caller gives as
+``target_prefix`` (mt forces it; the exported README shows how).
+
 ``model.qk_norm=true`` is refused: CTranslate2 (4.8) normalises the encoder-decoder attention's queries
 over the whole D-vector, before splitting heads (its self-attention and keys are per head, as mt's), so
 with more than one head no weight reproduces mt's per-head RMSNorm.
@@ -206,16 +210,6 @@ def check_quantization(quantization: str | None) -> None:
         raise ExportError(f"--quantization {quantization} is not a CTranslate2 type; expected one of {choices}")
 
 
-def refuse_language_codes(source) -> None:
-    """An imported M2M-100 / NLLB model starts each output with its target's code (a forced first token), which
-    a CTranslate2 caller must give as ``target_prefix``: refused until the export and its README say how."""
-    if getattr(source.tokenizers.src, "language_codes", None):
-        raise ExportError(
-            "an M2M-100 / NLLB model (language codes such as eng_Latn) cannot be exported to CTranslate2 yet: each "
-            "translation needs its target's code as a target_prefix; serve or translate it with mt instead"
-        )
-
-
 def export_ctranslate2(
     ckpt: str | Path, out: str | Path, quantization: str | None = None, force: bool = False
 ) -> list[str]:
@@ -223,7 +217,6 @@ def export_ctranslate2(
     converters = need("ctranslate2.converters", "ctranslate2")
     check_quantization(quantization)
     source, out = load_source(ckpt), Path(out)
-    refuse_language_codes(source)
     prepare_output_dir(out, force)
     src_pieces, tgt_pieces = pieces(source.tokenizers.src), pieces(source.tokenizers.tgt)
 

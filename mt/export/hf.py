@@ -3,8 +3,8 @@
 ``config.json``, ``model.safetensors`` and ``generation_config.json``, plus what ``MarianTokenizer``
 (and ``AutoTokenizer``) read: ``source.spm``, ``target.spm``, ``vocab.json`` (``target_vocab.json``
 for separate vocabularies) and ``tokenizer_config.json``. Marian is mt's architecture (Post-LN,
-sqrt(D)-scaled embeddings or not (``scale_embedding``), relu, gelu or silu ("swish"), tied output
-projection, decoding from ``<s>``) with two differences the export removes:
+sqrt(D)-scaled embeddings or not (``scale_embedding``), relu, gelu or silu ("swish"), a tied output
+projection or its own (``tie_word_embeddings``), decoding from ``<s>``) with two differences the export removes:
 
 - positions: Marian builds its sinusoids with frequencies ``10000^(-2i/D)``, mt with
   ``10000^(-i/(D/2-1))`` (fairseq's, unless ``model.sinusoid=marian``), which differ by ~1e-3 already
@@ -87,7 +87,7 @@ def marian_config(source: ExportSource):
         vocab_size=tok.src.padded_vocab_size,
         decoder_vocab_size=tok.tgt.padded_vocab_size,
         share_encoder_decoder_embeddings=model.share_all_embeddings,
-        tie_word_embeddings=True,  # mt's output projection is the target embedding
+        tie_word_embeddings=model.tie_output,  # the output projection is the target embedding, or its own
         d_model=model.d_model,
         encoder_layers=model.encoder_layers,
         decoder_layers=model.decoder_layers,
@@ -140,7 +140,7 @@ def marian_state_dict(source: ExportSource) -> dict[str, torch.Tensor]:
     state = {
         "final_logits_bias": logits_bias(source).reshape(1, -1),
         "model.encoder.embed_tokens.weight": model.encoder.embedding.token.weight,
-        "model.decoder.embed_tokens.weight": model.decoder.output_weight,
+        "model.decoder.embed_tokens.weight": model.decoder.embedding.token.weight,
         "lm_head.weight": model.decoder.output_weight,
         "model.encoder.embed_positions.weight": position_table(model.encoder.embedding),
         "model.decoder.embed_positions.weight": position_table(model.decoder.embedding),

@@ -42,6 +42,26 @@ def _example_tag(source: ExportSource) -> str:
     return lang_tag(target_languages(source.cfg.data)[-1]) if is_multilingual(source.cfg.data) else ""
 
 
+def _language_codes(source: ExportSource) -> list[str]:
+    """An M2M-100 / NLLB model's code pieces (``__en__``, ``eng_Latn``), those of its first pair first (the
+    example's source and target); [] for any other model."""
+    codes = getattr(source.tokenizers.src, "language_codes", {})
+    if not codes:
+        return []
+    pair = data_pairs(source.cfg.data)[0]
+    first = [source.tokenizers.src.id_to_piece(codes[lang]) for lang in (pair.src, pair.tgt)]
+    return first + sorted(source.tokenizers.src.id_to_piece(i) for i in codes.values()
+                          if source.tokenizers.src.id_to_piece(i) not in first)
+
+
+def _codes_note(codes: list[str]) -> str:
+    shown = ", ".join(f"`{c}`" for c in codes[:6]) + (f" ... ({len(codes)} codes)" if len(codes) > 6 else "")
+    return (f"Language codes ({shown}): a source is its language's code then its pieces, and each translation "
+            "starts with the target's code, given as `target_prefix` and left out of the text (`hypotheses[0][1:]`); "
+            "`max_decoding_length` counts that code. mt forces the code and scores it 0, CTranslate2 adds its "
+            "log-prob to each hypothesis of the line alike (the ranking is the same).")
+
+
 def _notes(lines: list[str]) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
@@ -66,12 +86,16 @@ def ct2_readme(source: ExportSource, defaults: SearchDefaults, quantization: str
         "mt answers an empty line with an empty line without decoding it; skip empty lines likewise.",
         *defaults.notes,
     ]
-    tag = _example_tag(source)
+    codes = _language_codes(source)
+    if codes:
+        lines.insert(1, _codes_note(codes))
+    tag = codes[0] if codes else _example_tag(source)
     tokens = f'["{tag}"] + ' if tag else ""
+    prefix = f'\n    target_prefix=[["{codes[1]}"]] * len(lines),  # the target language\'s code' if codes else ""
     how = f'the tokens of a line into {tag[2:-2]} are `["{tag}"] + pieces`'
     return f"""# CTranslate2 model
 
-{_origin(source)} Weights: {quantization or 'as stored (float32)'}.{_targets(source, how)}
+{_origin(source)} Weights: {quantization or 'as stored (float32)'}.{"" if codes else _targets(source, how)}
 
 ```python
 import ctranslate2
@@ -86,9 +110,9 @@ results = translator.translate_batch(
     beam_size={defaults.beam_size},
     length_penalty={defaults.length_penalty},
     max_decoding_length={defaults.max_output_pieces},
-    max_input_length={source.cfg.model.max_positions},  # pieces + </s>
+    max_input_length={source.cfg.model.max_positions},  # pieces + </s>{prefix}
 )
-print([target_sp.decode(result.hypotheses[0]) for result in results])
+print([target_sp.decode(result.hypotheses[0]{"[1:]" if codes else ""}) for result in results])
 ```
 
 What differs from `mt-translate` with the checkpoint's settings:

@@ -17,8 +17,10 @@ class Decoder(nn.Module):
     """Embedding, N ``DecoderLayer``s, a final norm for Pre-LN, and the output projection.
 
     The output projection (section 3.4) is ``logits = h @ W^T`` with ``W`` the target embedding matrix
-    (V, D) itself: input and output embeddings are always tied, so there is no separate parameter (and no
-    duplicate entry in the state dict). ``logits_bias=True`` adds a fixed bias (V,) to the logits, a buffer
+    (V, D) itself: input and output embeddings are tied, so there is no separate parameter (and no duplicate
+    entry in the state dict). ``tie_output=False`` gives the projection a matrix of its own
+    (``output_projection``, initialised as the embedding is): what an imported model with an untied
+    ``lm_head`` needs. ``logits_bias=True`` adds a fixed bias (V,) to the logits, a buffer
     that training leaves as it is (an imported model's ``final_logits_bias``; ``-inf`` on the rows that model
     has no output for, so they take no probability).
     """
@@ -30,9 +32,14 @@ class Decoder(nn.Module):
         final_norm: nn.Module | None,
         *,
         logits_bias: bool = False,
+        tie_output: bool = True,
     ) -> None:
         super().__init__()
         self.embedding = embedding
+        self.output_projection: nn.Parameter | None = None
+        if not tie_output:
+            token = embedding.token.weight  # (V, D)
+            self.output_projection = nn.Parameter(torch.randn_like(token) * token.shape[1] ** -0.5)
         self.logits_bias: Tensor | None
         bias = torch.zeros(embedding.token.num_embeddings) if logits_bias else None
         self.register_buffer("logits_bias", bias)  # (V,) or None
@@ -67,8 +74,8 @@ class Decoder(nn.Module):
 
     @property
     def output_weight(self) -> nn.Parameter:
-        """The output projection (V, D): the target token embedding."""
-        return self.embedding.token.weight
+        """The output projection (V, D): the target token embedding, or its own matrix when untied."""
+        return self.embedding.token.weight if self.output_projection is None else self.output_projection
 
     @property
     def row_mover(self) -> RowMover | None:

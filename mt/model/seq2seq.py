@@ -84,10 +84,11 @@ class Seq2SeqTransformer(nn.Module):
 def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Seq2SeqTransformer:
     """Build and initialise the model described by ``cfg``.
 
-    Weight tying (section 3.4; Press & Wolf 2017): the decoder's input embedding is always the output
-    projection; with ``cfg.share_all_embeddings`` the encoder's embedding is the same matrix too, which
-    needs one joint vocabulary (``src_vocab == tgt_vocab``). Initialisation follows fairseq: embeddings
-    N(0, D^-0.5) with a zero pad row, Xavier-uniform projections, zero biases, LayerNorm (1, 0).
+    Weight tying (section 3.4; Press & Wolf 2017): the decoder's input embedding is the output projection
+    (unless ``cfg.tie_output=false``: a matrix of its own, initialised as the embeddings are); with
+    ``cfg.share_all_embeddings`` the encoder's embedding is the same matrix too, which needs one joint
+    vocabulary (``src_vocab == tgt_vocab``). Initialisation follows fairseq: embeddings N(0, D^-0.5) with a
+    zero pad row, Xavier-uniform projections, zero biases, LayerNorm (1, 0).
     """
     if cfg.share_all_embeddings and src_vocab != tgt_vocab:
         raise ValueError(
@@ -130,6 +131,7 @@ def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 
         [DecoderLayer(**layer_kwargs) for _ in range(cfg.decoder_layers)],
         final_norm(),
         logits_bias=cfg.logits_bias,
+        tie_output=cfg.tie_output,
     )
     return Seq2SeqTransformer(encoder, decoder)
 

@@ -23,7 +23,11 @@ COMPONENTS = ("embeddings", "encoder", "decoder")
 
 
 def _component(name: str) -> str:
-    return "embeddings" if ".embedding." in f".{name}" else name.split(".")[0]
+    """Embeddings (an untied output projection too), else the stack a parameter belongs to."""
+    return "embeddings" if ".embedding." in f".{name}" or name == OUTPUT_PROJECTION else name.split(".")[0]
+
+
+OUTPUT_PROJECTION = "decoder.output_projection"  # ``model.tie_output=false``: a (V, D) matrix of its own
 
 
 def count_parameters(model: Seq2SeqTransformer) -> dict[str, int]:
@@ -54,12 +58,14 @@ def count_parameters_closed_form(
     positions: str = "sinusoidal",
     max_positions: int = 1024,
     qk_norm: bool = False,
+    tie_output: bool = True,
 ) -> dict[str, int]:
     """The same counts as ``count_parameters``, by formula (defaults: Post-LN, sinusoidal positions).
 
     Encoder layer: Q, K, V, O (4 d^2 + 4d), FFN (2 d d_ff + d_ff + d), 2 LayerNorms (4d).
     Decoder layer: two attentions (8 d^2 + 8d), FFN, 3 LayerNorms (6d). Embeddings: one V x d matrix
-    (``shared``: encoder = decoder = output projection) or two (source and target, both of size V).
+    (``shared``: encoder = decoder = output projection) or two (source and target, both of size V), and
+    one more for an output projection of its own (``tie_output=False``).
     Options: ``kv_heads`` (Hkv heads of d / heads: K and V are d x Hkv Dh each), ``qk_norm`` (2 Dh gains
     per attention), ``norm="rmsnorm"`` (d per norm, no shift), ``activation="swiglu"`` (three matrices
     d x h and biases 2h + d, h = ``swiglu_hidden_size``), ``pre_ln`` (a final norm per stack),
@@ -76,7 +82,8 @@ def count_parameters_closed_form(
     norm_b = 2 * d if norm == "layernorm" else d
     final = norm_b if pre_ln else 0
     counts = {
-        "embeddings_weights": V * d * (1 if shared else 2) + (2 * max_positions * d if positions == "learned" else 0),
+        "embeddings_weights": V * d * ((1 if shared else 2) + (0 if tie_output else 1))
+        + (2 * max_positions * d if positions == "learned" else 0),
         "embeddings_biases": 0,
         "encoder_weights": N_enc * (attn_w + ffn_w),
         "encoder_biases": N_enc * (attn_b + ffn_b + 2 * norm_b) + final,
@@ -95,7 +102,7 @@ def closed_form_for(cfg: ModelConfig, V: int) -> dict[str, int]:
         cfg.encoder_layers, cfg.decoder_layers, cfg.d_model, cfg.d_ff, V, cfg.share_all_embeddings,
         heads=cfg.heads, kv_heads=cfg.kv_heads, pre_ln=cfg.pre_ln, norm=cfg.norm, activation=cfg.activation,
         swiglu_hidden=cfg.swiglu_hidden, positions=cfg.positions, max_positions=cfg.max_positions,
-        qk_norm=cfg.qk_norm,
+        qk_norm=cfg.qk_norm, tie_output=cfg.tie_output,
     )  # fmt: skip
 
 
@@ -119,7 +126,8 @@ def summary(cfg: ModelConfig, src_vocab: int, tgt_vocab: int | None = None) -> s
     with torch.device("meta"):  # shapes only: nothing is allocated or initialised
         model = build_model(cfg, src_vocab, tgt_vocab)
     counts = count_parameters(model)
-    tying = "3-way (encoder = decoder = output)" if cfg.share_all_embeddings else "2-way (decoder = output)"
+    tying = ("3-way (encoder = decoder = output)" if cfg.share_all_embeddings else "2-way (decoder = output)") \
+        if cfg.tie_output else ("encoder = decoder, " if cfg.share_all_embeddings else "none, ") + "output untied"
     lines = [
         f"{cfg.name}: {cfg.encoder_layers}+{cfg.decoder_layers} layers, d_model {cfg.d_model}, "
         f"d_ff {cfg.d_ff}, {cfg.heads} heads, vocab {src_vocab} -> {tgt_vocab}, tying {tying}",

@@ -59,15 +59,13 @@ def model_config(config: dict[str, Any], origin: str) -> ModelConfig:
     for field in MOE_FIELDS:
         if config.get(field):
             raise refuse(origin, field, config[field], "a mixture of experts; mt's feed-forward layers are dense")
-    if config.get("tie_word_embeddings", True) is False:
-        raise refuse(origin, "tie_word_embeddings", False,
-                     "an output projection apart from the embedding; mt's output projection is the target embedding")
     return ModelConfig(
         name="m2m_100",
         **layer_options(config, origin, M2M100_DEFAULTS),
         pre_ln=True,
         sinusoid="fairseq",
         position_offset=POSITION_OFFSET,
+        tie_output=bool(config.get("tie_word_embeddings", True)),
         scale_embeddings=bool(config.get("scale_embedding", True)),
         share_all_embeddings=True,
     )

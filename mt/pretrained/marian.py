@@ -74,6 +74,7 @@ def model_config(config: dict[str, Any], origin: str) -> ModelConfig:
         **layer_options(config, origin, MARIAN_DEFAULTS),
         scale_embeddings=bool(config.get("scale_embedding", False)),
         share_all_embeddings=bool(config.get("share_encoder_decoder_embeddings", True)),
+        tie_output=bool(config.get("tie_word_embeddings", True)),
     )
 
 
@@ -133,7 +134,8 @@ def positions(weights: Weights, cfg: ModelConfig) -> tuple[ModelConfig, dict[str
 
 
 def embeddings(weights: Weights, cfg: ModelConfig, src: Reordered, tgt: Reordered, origin: str) -> dict[str, Tensor]:
-    """Token embeddings in mt's row order; the output projection must be the target embedding (tied)."""
+    """Token embeddings in mt's row order, and the output projection when it is not the target embedding
+    (``tie_word_embeddings=false``: ``lm_head``; tied, transformers itself replaces a stored ``lm_head``)."""
     shared = "model.shared.weight" if weights.has("model.shared.weight") else "model.encoder.embed_tokens.weight"
     if cfg.share_all_embeddings:
         src_rows = tgt_rows = weights.take(shared)
@@ -143,10 +145,11 @@ def embeddings(weights: Weights, cfg: ModelConfig, src: Reordered, tgt: Reordere
     else:
         src_rows = weights.take("model.encoder.embed_tokens.weight")
         tgt_rows = weights.take("model.decoder.embed_tokens.weight")
-    if weights.has("lm_head.weight"):
-        same_as_shared(weights, "lm_head.weight", tgt_rows, origin,
-                       "an output projection apart from the target embedding (tie_word_embeddings=false)")
     out = {"decoder.embedding.token.weight": in_mt_order(tgt_rows, tgt.order)}
+    if not cfg.tie_output:
+        out["decoder.output_projection"] = in_mt_order(weights.take("lm_head.weight"), tgt.order)
+    elif weights.has("lm_head.weight"):
+        weights.take("lm_head.weight")
     if not cfg.share_all_embeddings:
         out["encoder.embedding.token.weight"] = in_mt_order(src_rows, src.order)
     return out

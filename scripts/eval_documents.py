@@ -17,8 +17,9 @@ the added full stops is printed too: captions without one run into the next sent
 The reference for a tag: the target words that eflomal (Östling and Tiedemann 2016; trained on the Multi30k
 training pairs plus the evaluated pairs, grow-diag-final-and) links to its source words, in the model's own
 translation; a tag is right when it covers exactly the words from the first to the last of them. Tags whose
-words eflomal links to nothing are counted apart. Each alignment setting (decoder layer, shift) is scored on
-the same translations.
+words eflomal links to nothing are counted apart. Each alignment setting (decoder layer, shift, how the two
+directions are joined) is scored on the same translations; a second eflomal run scored against the first
+shows how far the reference itself moves (eflomal samples).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import sacrebleu
 from mt.checkpoint import load_models_for_inference
 from mt.cli.documents import plan_document, translate_plan
 from mt.decode import Translator
+from mt.decode.align import ALL_LAYERS, MIDDLE, SYMMETRISATIONS, grow_diag_final_and
 from mt.document.model import Unit
 from mt.document.plain import TextDocument
 from mt.document.plan import Translated
@@ -100,6 +102,10 @@ def run_paragraphs(args: argparse.Namespace) -> None:
                   f"{bleu[1]:.2f} | {bleu[2]:.2f} |  ({time.monotonic() - start:.0f} s)", flush=True)
 
 
+DEFAULT_SETTINGS = ",".join([
+    "-100:0:grow-diag-final-and", "-100:0:union", "-100:0:target", "-1:0:grow-diag-final-and", "-1:0:union",
+    "99:0:grow-diag-final-and", "-100:1:grow-diag-final-and",
+])
 TAG_NAMES = ("b", "i", "a")
 PUNCTUATION = re.compile(r"^\W+|\W+$")
 
@@ -180,29 +186,6 @@ def parse_links(line: str) -> set[tuple[int, int]]:
     return {(int(a), int(b)) for a, b in (pair.split("-") for pair in line.split())}
 
 
-def grow_diag_final_and(forward: set[tuple[int, int]], reverse: set[tuple[int, int]]) -> set[tuple[int, int]]:
-    """Moses' grow-diag-final-and (Koehn et al. 2005): the intersection of the two directions, grown by
-    neighbouring links of the union that align a word not aligned yet, then each direction's links
-    between two words both still unaligned."""
-    union, links = forward | reverse, forward & reverse
-    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
-    added = True
-    while added:
-        added = False
-        for s, t in sorted(links):
-            for ds, dt in neighbours:
-                cand = (s + ds, t + dt)
-                if cand in union and cand not in links and (
-                        all(a != cand[0] for a, _ in links) or all(b != cand[1] for _, b in links)):
-                    links.add(cand)
-                    added = True
-    for direction in (forward, reverse):
-        for s, t in sorted(direction):
-            if all(a != s for a, _ in links) and all(b != t for _, b in links):
-                links.add((s, t))
-    return links
-
-
 def run_tags(args: argparse.Namespace) -> None:
     from mt.document.formats.html import read_fragment
 
@@ -218,8 +201,8 @@ def run_tags(args: argparse.Namespace) -> None:
     import mt.decode.align as aligner
 
     for setting in args.settings.split(","):
-        layer, shift, both = (int(x) for x in (setting + ":0").split(":")[:3])
-        aligner.BOTH_WAYS = bool(both)
+        layer, shift, how = parse_setting(setting)
+        aligner.SYMMETRISE = how
         start = time.monotonic()
         links = translator.align(sentences, translations, None, layer=layer, shift=bool(shift))
         seconds = time.monotonic() - start
@@ -234,23 +217,40 @@ def run_tags(args: argparse.Namespace) -> None:
     targets = [text for text, _ in first]
     reference = reference_links(args, sources, targets, src, tgt)
     print(f"{len(sources)} sentences, {sum(len(s) for _, s in items)} tags; reference: eflomal, grow-diag-final-and")
-    print("| decoder layer | shift | both ways | tags right | of tags with a reference | tags without one | align s |")
+    print("| decoder layer | shift | links | tags right | of tags with a reference | tags without one | align s |")
     print("| ---: | --- | --- | ---: | ---: | ---: | ---: |")
+    other = reference_links(args, sources, targets, src, tgt)  # eflomal samples: a second run differs a little
+    agreed = [span_of(a, *span) == span_of(b, *span) for (_, spans), a, b in zip(items, reference, other, strict=True)
+              for span in spans.values() if span_of(a, *span) and span_of(b, *span)]
+    print(f"| eflomal, another run | | | {100 * sum(agreed) / max(len(agreed), 1):.1f}% | {len(agreed)} | | |")
     for setting, (written, seconds) in outputs_by_setting.items():
         right = judged = unreferenced = 0
         for (_, spans), (text, found), links in zip(items, written, reference, strict=True):
             for tag, (a, b) in spans.items():
-                expected = sorted(t for s, t in links if a <= s <= b)
+                expected = span_of(links, a, b)
                 if not expected:
                     unreferenced += 1
                     continue
                 judged += 1
-                right += tag in found and covered_words(text, found[tag]) == (expected[0], expected[-1])
-        layer, shift, both = (setting + ":0").split(":")[:3]
-        yes = {"1": "yes", "0": "no"}
-        name = {"99": "all (mean)", "-100": "middle"}.get(layer, layer)
-        print(f"| {name} | {yes[shift]} | {yes[both]} | "
+                right += tag in found and covered_words(text, found[tag]) == expected
+        layer, shift, how = parse_setting(setting)
+        name = {ALL_LAYERS: "all (mean)", MIDDLE: "middle"}.get(layer, str(layer))
+        print(f"| {name} | {'yes' if shift else 'no'} | {how} | "
               f"{100 * right / max(judged, 1):.1f}% | {judged} | {unreferenced} | {seconds:.1f} |")
+
+
+def span_of(links: set[tuple[int, int]], first: int, last: int) -> tuple[int, int] | None:
+    """The first and last target word linked to the source words ``first .. last`` (None: none is linked)."""
+    targets = sorted(t for s, t in links if first <= s <= last)
+    return (targets[0], targets[-1]) if targets else None
+
+
+def parse_setting(setting: str) -> tuple[int, bool, str]:
+    """``layer:shift:links`` (``-100:0:grow-diag-final-and``) as (layer, shift, symmetrisation)."""
+    layer, shift, how = setting.split(":")
+    if how not in SYMMETRISATIONS:
+        raise SystemExit(f"--settings {setting}: links must be one of {', '.join(SYMMETRISATIONS)}")
+    return int(layer), shift == "1", how
 
 
 def run_segmenters(args: argparse.Namespace) -> None:
@@ -298,9 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--seed", type=int, default=0)
         if name == "tags":
             p.add_argument("--sentences", type=int, default=200)
-            p.add_argument("--settings", default="-100:0:1,-1:0:0,-1:0:1,99:0:1,-100:0:0,-100:1:1",
-                           help="decoder layer:shift:both-ways to score (layer -100: the middle one, 99: the mean "
-                                "of all; default: %(default)s)")
+            p.add_argument("--settings", default=DEFAULT_SETTINGS,
+                           help="decoder layer:shift:links to score (layer -100: the middle one, 99: the mean of all; "
+                                "links: grow-diag-final-and, union or target; default: %(default)s)")
     args = parser.parse_args(argv)
     if args.command == "paragraphs":
         run_paragraphs(args)

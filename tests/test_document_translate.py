@@ -87,13 +87,16 @@ def test_lines_stay_line_aligned_unless_splitting_is_asked_for(demo, tmp_path):
     assert split.read_text().splitlines() == [f"{a} {b}", c]
 
 
-def test_word_links_come_from_the_chosen_layers_attention(translator, demo):
-    """Each target word gets one link to a source word in range; the pieces of a word are summed, so a link
-    is the source word its pieces attended to most (checked against the attention computed here)."""
+def test_word_links_come_from_the_chosen_layers_attention(translator, demo, monkeypatch):
+    """Target-to-source links alone: each target word gets one link to a source word in range; the pieces of
+    a word are summed, so a link is the source word its pieces attended to most (checked against the attention
+    computed here)."""
     import torch
 
+    import mt.decode.align
     from mt.decode.align import attention
 
+    monkeypatch.setattr(mt.decode.align, "SYMMETRISE", "target")
     lines = demo.sources[:6]
     translations = translator.translate_nbest(lines, scores=False)
     for layer, shift in ((-1, False), (-2, True)):
@@ -113,3 +116,22 @@ def test_word_links_come_from_the_chosen_layers_attention(translator, demo):
     per_piece = weights[first_word].sum(0)[: len(src_ids)] * (src_of >= 0)  # spaces belong to no word
     by_word = torch.zeros(max(pair.src_words) + 1).index_add_(0, src_of.clamp(min=0), per_piece)
     assert (int(by_word.argmax()), 0) in translator.align([line], [tr], layer=-1, shift=False)[0]
+
+
+def test_grow_diag_final_and_keeps_both_directions_links_within_the_union(translator, demo, monkeypatch):
+    """The default links lie between the two directions' intersection and their union, each in range."""
+    import mt.decode.align
+
+    lines = demo.sources[:6]
+    translations = translator.translate_nbest(lines, scores=False)
+    joined = translator.align(lines, translations)
+    found = {}
+    for how in ("target", "union"):
+        monkeypatch.setattr(mt.decode.align, "SYMMETRISE", how)
+        found[how] = translator.align(lines, translations)
+    for line, tr, links, forward, union in zip(lines, translations, joined, found["target"], found["union"],
+                                               strict=True):
+        backward = set(union) - set(forward) | {link for link in forward if link in union}
+        assert set(links) <= set(union) and links == sorted(links, key=lambda link: (link[1], link[0]))
+        assert all(0 <= s < len(line.split()) and 0 <= t < len(tr.text.split()) for s, t in links)
+        assert len(links) >= len(set(forward) & backward) > 0

@@ -26,7 +26,7 @@ HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
 .PHONY: install test train translate eval export import summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
-.PHONY: serve bench-serve bench-serve-models bench-finetune eval-documents
+.PHONY: serve bench-serve bench-serve-models bench-finetune bench-align eval-documents
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
@@ -89,6 +89,11 @@ eval-documents: $(STAMP)
 
 bench-serve: $(STAMP)
 	$(BIN)/python scripts/bench_serve.py $(if $(CKPT),--ckpt $(CKPT)) $(ARGS)
+
+# word alignment's cost beside decoding (docs/documents.md)
+bench-align: $(STAMP)
+	$(if $(CKPT),,$(error usage: make bench-align CKPT=path/to/checkpoint.pt))
+	$(BIN)/python scripts/bench_align.py --ckpt $(CKPT) $(ARGS)
 
 # fine-tuning the OPUS-MT shape: mt against transformers' Seq2SeqTrainer (docs/benchmarks.md)
 bench-finetune: $(STAMP)

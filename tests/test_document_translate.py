@@ -135,3 +135,27 @@ def test_grow_diag_final_and_keeps_both_directions_links_within_the_union(transl
         assert set(links) <= set(union) and links == sorted(links, key=lambda link: (link[1], link[0]))
         assert all(0 <= s < len(line.split()) and 0 <= t < len(tr.text.split()) for s, t in links)
         assert len(links) >= len(set(forward) & backward) > 0
+
+
+@pytest.mark.parametrize("refill", ["none", "all"])
+def test_aligning_with_the_encoder_rows_decoding_kept_encodes_nothing_and_links_alike(demo, refill):
+    """``encoder_rows``: the outputs decoding computed are read back (the encoder does not run while aligning),
+    and the links are those of encoding again, with refill's joins too."""
+    import dataclasses
+
+    model, tokenizers, cfg = load_for_inference(demo.ckpt, "cpu", pack=True, native=True)
+    settings = dataclasses.replace(cfg.decode, refill=refill, max_sentences=4)
+    translator = Translator(model, tokenizers, settings, "cpu", max_positions=cfg.model.max_positions)
+    lines = demo.sources[:24]
+    wanted = lines[::2]
+    rows = translator.encoder_rows(wanted)
+    translations = translator.translate_nbest(lines, scores=False, encoder_rows=rows)
+    assert model.on_encoded is None  # recording ends with the search
+    kept = [translations[i] for i in range(0, len(lines), 2)]
+    encoded = []
+    model.encoder.register_forward_hook(lambda *args: encoded.append(1))
+    fast = translator.align(wanted, kept, encoder_rows=rows)
+    assert encoded == []
+    assert fast == translator.align(wanted, kept) and encoded  # the plain path encodes
+    assert translator.align(lines[1:3], translations[1:3], encoder_rows=rows) == translator.align(
+        lines[1:3], translations[1:3])  # lines not kept: encoded here

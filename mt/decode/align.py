@@ -14,8 +14,9 @@ the union; reading the attention of the step after a piece (``shift``, Chen et a
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,7 @@ from torch import Tensor
 
 from mt.data import batch_by_tokens
 from mt.decode.common import BOS_ID, EOS_ID, PAD_ID
+from mt.model.cache import EncoderOut
 
 WORD = re.compile(r"\S+")
 MIDDLE = -100  # as ``layer``: the middle decoder layer, (L - 1) // 2 counted from 0
@@ -49,6 +51,49 @@ class AlignInput:
     prefix: int = 0
 
 
+class EncoderRows:
+    """The encoder outputs decoding computed for the sentences to align, one row each by its source ids, so
+    that aligning them runs the decoder layers only (the encoder is about half of the teacher-forced pass).
+
+    ``recording(model)`` hears of every ``encode`` while a search runs (``Seq2SeqTransformer.on_encoded``)
+    and keeps the rows of the ``sources`` given (pieces as decoded, EOS left out); ``align_batch`` reads them
+    and encodes a batch itself where a row is missing."""
+
+    def __init__(self, sources: Iterable[Sequence[int]]) -> None:
+        self._wanted = {tuple(ids) for ids in sources if ids}
+        self._rows: dict[tuple[int, ...], Tensor] = {}
+
+    @contextlib.contextmanager
+    def recording(self, model: torch.nn.Module) -> Iterator[None]:
+        aligner = getattr(model, "members", [model])[0]  # an ensemble aligns with its first member
+        aligner.on_encoded = self.record
+        try:
+            yield
+        finally:
+            aligner.on_encoded = None
+
+    def record(self, src: Tensor, enc: EncoderOut) -> None:
+        """Keep the rows of ``src`` (B, S: pieces, EOS, padding) that are wanted: ``enc.out`` (S_i, D) each."""
+        lengths = (~enc.pad_mask).sum(dim=1).tolist()
+        for row, (ids, length) in enumerate(zip(src.tolist(), lengths, strict=True)):
+            key = tuple(ids[: length - 1])
+            if key in self._wanted and key not in self._rows:
+                self._rows[key] = enc.out[row, :length].clone()
+
+    def batch(self, pairs: Sequence[AlignInput]) -> EncoderOut | None:
+        """The kept rows of ``pairs`` padded into one encoder output (B, S, D), or None if one is missing."""
+        rows = [self._rows.get(tuple(p.src_ids)) for p in pairs]
+        if any(r is None for r in rows):
+            return None
+        width = max(r.size(0) for r in rows)
+        out = rows[0].new_zeros(len(rows), width, rows[0].size(1))  # (B, S, D)
+        pad_mask = torch.ones(len(rows), width, dtype=torch.bool, device=out.device)  # (B, S)
+        for i, r in enumerate(rows):
+            out[i, : r.size(0)] = r
+            pad_mask[i, : r.size(0)] = False
+        return EncoderOut(out, pad_mask)
+
+
 def piece_words(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
     """For each piece span of ``text``, the index of the word (``WORD``) it is part of; -1 for whitespace."""
     starts = [m.span() for m in WORD.finditer(text)]
@@ -62,14 +107,15 @@ def piece_words(text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
 
 
 def align_batch(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch.device | str,
-                layer: int = ALIGN_LAYER, shift: bool = SHIFT) -> list[list[Link]]:
-    """Word links of every pair, batched by tokens; an empty source or target has no links."""
+                layer: int = ALIGN_LAYER, shift: bool = SHIFT, rows: EncoderRows | None = None) -> list[list[Link]]:
+    """Word links of every pair, batched by tokens; an empty source or target has no links. ``rows``: the
+    encoder outputs decoding kept (else each batch is encoded here)."""
     links: list[list[Link]] = [[] for _ in pairs]
     todo = [i for i, p in enumerate(pairs) if p.src_ids and p.tgt_ids]
     costs = [len(pairs[i].src_ids) + len(pairs[i].tgt_ids) + 2 for i in todo]
     for batch in batch_by_tokens(costs, ALIGN_MAX_TOKENS, 10_000):
         chosen = [pairs[todo[j]] for j in batch]
-        weights = attention(model, chosen, device, layer)  # (B, T+1, S+1)
+        weights = attention(model, chosen, device, layer, rows)  # (B, T+1, S+1)
         for j, pair, w in zip(batch, chosen, weights, strict=True):
             links[todo[j]] = word_links(w, pair, shift)
     return links
@@ -77,9 +123,10 @@ def align_batch(model: torch.nn.Module, pairs: Sequence[AlignInput], device: tor
 
 @torch.inference_mode()
 def attention(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch.device | str,
-              layer: int) -> Tensor:
+              layer: int, rows: EncoderRows | None = None) -> Tensor:
     """Head-averaged cross-attention (B, T+1, S+1) of ``layer`` for teacher-forced ``[BOS] + tgt`` over
-    ``src + [EOS]``: row t predicts target piece t (row T predicts EOS)."""
+    ``src + [EOS]``: row t predicts target piece t (row T predicts EOS). The encoder output comes from
+    ``rows`` where it holds every pair's, else from encoding ``src`` here."""
     source = getattr(model, "members", [model])[0]  # an ensemble aligns with its first member
     width = max(len(p.src_ids) for p in pairs) + 1
     length = max(len(p.tgt_ids) for p in pairs) + 1
@@ -97,7 +144,11 @@ def attention(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch
     if was_training:  # (walks every module: not on each batch of a served model, which is always in eval)
         source.eval()
     try:
-        found = [source.cross_attention_weights(src, src == PAD_ID, tgt, index).float() for index in chosen]
+        kept = rows.batch(pairs) if rows is not None else None
+        if kept is None:
+            kept = source.encode(src, src == PAD_ID)
+        found = [source.decoder.cross_attention_weights(tgt, kept.out, kept.pad_mask, index).mean(dim=1).float()
+                 for index in chosen]
         return (sum(found) / len(found)).cpu()
     finally:
         if was_training:
@@ -146,18 +197,24 @@ def grow_diag_final_and(forward: set[Link], reverse: set[Link]) -> set[Link]:
     neighbouring links of the union that align a word not aligned yet, then each direction's links
     between two words both still unaligned."""
     union, links = forward | reverse, forward & reverse
+    sources, targets = {s for s, _ in links}, {t for _, t in links}  # the words aligned so far
+
+    def add(link: Link) -> None:
+        links.add(link)
+        sources.add(link[0])
+        targets.add(link[1])
+
     added = True
     while added:
         added = False
         for s, t in sorted(links):
             for ds, dt in NEIGHBOURS:
                 cand = (s + ds, t + dt)
-                if cand in union and cand not in links and (
-                        all(a != cand[0] for a, _ in links) or all(b != cand[1] for _, b in links)):
-                    links.add(cand)
+                if cand in union and cand not in links and (cand[0] not in sources or cand[1] not in targets):
+                    add(cand)
                     added = True
     for direction in (forward, reverse):
         for s, t in sorted(direction):
-            if all(a != s for a, _ in links) and all(b != t for _, b in links):
-                links.add((s, t))
+            if s not in sources and t not in targets:
+                add((s, t))
     return links

@@ -18,6 +18,7 @@ forces (``forced`` in ``mt.decode.search``: scored 0, left out of the output).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from tqdm import tqdm
 from mt.config import DecodeConfig
 from mt.data import batch_by_tokens
 from mt.data.languages import LanguageError, lang_tag
-from mt.decode.align import ALIGN_LAYER, SHIFT, AlignInput, Link, align_batch, piece_words
+from mt.decode.align import ALIGN_LAYER, SHIFT, AlignInput, EncoderRows, Link, align_batch, piece_words
 from mt.decode.common import EOS_ID, PAD_ID, Hypothesis
 from mt.decode.length_penalty import check_penalty
 from mt.decode.search import check_strategy, rows_per_sentence, search
@@ -152,6 +153,7 @@ class Translator:
     def translate_nbest(
         self, lines: Sequence[str], progress: bool = False, target_lang: Targets = None,
         on_batch: BatchDone | None = None, scores: bool = True, source_lang: str | None = None,
+        encoder_rows: EncoderRows | None = None,
     ) -> list[Translation]:
         """n-best hypotheses (``cfg.nbest``; 1 for greedy/sample) with scores and token counts per line.
 
@@ -159,10 +161,11 @@ class Translator:
         ``cfg.refill``: lines as they end), empty lines first; every line is in exactly one call.
         ``scores=False``: greedy search skips the log-softmax, and its hypotheses' scores are NaN
         (``mt.decode.greedy``); beam search and sampling score anyway. Languages as in ``translate``.
+        ``encoder_rows`` (``encoder_rows``) keeps the encoder outputs of the lines ``align`` will align.
         """
         targets = line_targets(target_lang, len(lines))
         sources = self.encode_lines(lines, targets, source_lang)
-        return self.decode_sources(sources, progress, on_batch, scores, self.forced_first(targets))
+        return self.decode_sources(sources, progress, on_batch, scores, self.forced_first(targets), encoder_rows)
 
     def with_config(self, cfg: DecodeConfig) -> Translator:
         """This translator (the same model, tokenizers, limits and languages) with other search settings."""
@@ -171,7 +174,7 @@ class Translator:
 
     def decode_sources(
         self, sources: list[list[int]], progress: bool = False, on_batch: BatchDone | None = None,
-        scores: bool = True, forced: Sequence[int | None] | None = None,
+        scores: bool = True, forced: Sequence[int | None] | None = None, encoder_rows: EncoderRows | None = None,
     ) -> list[Translation]:
         """``translate_nbest`` of sources already encoded (``encode_lines``; [] for an empty line), ``forced``
         the first target token of each (``forced_first``) or None; with ``processes``, their sentences are
@@ -188,7 +191,8 @@ class Translator:
         was_training = self.model.training
         self.model.eval()  # no dropout; restored below, so validation inside training is safe
         try:
-            with torch.inference_mode(), tqdm(
+            recording = encoder_rows.recording(self.model) if encoder_rows is not None else contextlib.nullcontext()
+            with torch.inference_mode(), recording, tqdm(
                 total=len(todo), unit="sent", disable=not progress, file=sys.stderr
             ) as bar:
                 for pool in self._pools(self._batches(todo, sources)):
@@ -261,10 +265,17 @@ class Translator:
     def _translation(self, source: list[int], hyps: list[Hypothesis]) -> Translation:
         return Translation(hyps, [self.tokenizers.tgt.decode(h.tokens) for h in hyps], len(source))
 
+    def encoder_rows(self, lines: Sequence[str], target_lang: Targets = None,
+                     source_lang: str | None = None) -> EncoderRows:
+        """What keeps the encoder outputs of ``lines`` while ``translate_nbest`` decodes them, for ``align``."""
+        return EncoderRows(self.encode_lines(lines, target_lang, source_lang))
+
     def align(self, lines: Sequence[str], translations: Sequence[Translation], target_lang: Targets = None,
-              layer: int = ALIGN_LAYER, shift: bool = SHIFT, source_lang: str | None = None) -> list[list[Link]]:
+              layer: int = ALIGN_LAYER, shift: bool = SHIFT, source_lang: str | None = None,
+              encoder_rows: EncoderRows | None = None) -> list[list[Link]]:
         """Word links (source word, target word) of each line with its best translation, from the model's
-        cross-attention (``mt.decode.align``: ``layer``, ``shift``); [] for an empty line or translation."""
+        cross-attention (``mt.decode.align``: ``layer``, ``shift``); [] for an empty line or translation.
+        ``encoder_rows``: the encoder outputs kept while decoding (``encoder_rows``), else encoded here."""
         if self.model is None:
             raise UserError("word alignment needs the model in this process (run with one worker)")
         targets = line_targets(target_lang, len(lines))
@@ -280,7 +291,7 @@ class Translator:
             if first is not None and tgt_ids:  # the forced code, read first as when it was generated: no word
                 tgt_ids, tgt_words = [first, *tgt_ids], [-1, *tgt_words]
             pairs.append(AlignInput(src_ids, src_words, list(tgt_ids), tgt_words, len(tag)))
-        return align_batch(self.model, pairs, self.device, layer, shift)
+        return align_batch(self.model, pairs, self.device, layer, shift, encoder_rows)
 
     def language_ids(self, target_lang: str | None, source_lang: str | None = None) -> tuple[list[int], int | None]:
         """What asks for ``target_lang``: the ids put before a source, and the target's forced first token.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor, nn
@@ -21,16 +22,21 @@ class Seq2SeqTransformer(nn.Module):
     """Encode once, decode many: what training (``forward``) and search (``encode``/``decode``) need.
 
     Shapes: src (B, S), src_pad_mask (B, S) True = padding, tgt_in (B, T) = [BOS] + pieces,
-    logits (B, T, V) in the model's dtype.
+    logits (B, T, V) in the model's dtype. ``on_encoded`` (when set) hears of each ``encode``'s sources and
+    output: how decoding hands encoder outputs to the word aligner (``mt.decode.align.EncoderRows``).
     """
 
     def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
+        self.on_encoded: Callable[[Tensor, EncoderOut], None] | None = None
 
     def encode(self, src: Tensor, src_pad_mask: Tensor) -> EncoderOut:
-        return EncoderOut(out=self.encoder(src, src_pad_mask), pad_mask=src_pad_mask)
+        enc = EncoderOut(out=self.encoder(src, src_pad_mask), pad_mask=src_pad_mask)
+        if self.on_encoded is not None:
+            self.on_encoded(src, enc)
+        return enc
 
     def decode(self, tgt_in: Tensor, enc: EncoderOut, cache: DecodingState | None = None) -> Tensor:
         """Logits (B, T, V) for ``tgt_in``; see ``Decoder.forward`` for the cached, incremental case.

@@ -137,11 +137,15 @@ class TorchEngine:
         translator = self._translator(self.settings(options))
         per_line = line_targets(targets, len(lines))
         outputs: list[Output | None] = [None] * len(lines)
+        wanted = [i for i in range(len(lines)) if align is not None and align[i]]
+        rows = translator.encoder_rows([lines[i] for i in wanted], [per_line[i] for i in wanted],
+                                       source) if wanted and translator.model is not None else None
 
         def batch_done(done: list[tuple[int, Translation]]) -> None:
             aligned = [(i, tr) for i, tr in done if align is not None and align[i]]
             links = translator.align([lines[i] for i, _ in aligned], [tr for _, tr in aligned],
-                                     [per_line[i] for i, _ in aligned], source_lang=source) if aligned else []
+                                     [per_line[i] for i, _ in aligned], source_lang=source,
+                                     encoder_rows=rows) if aligned else []
             link_of = {i: found for (i, _), found in zip(aligned, links, strict=True)}
             finished = [(i, as_output(tr, link_of.get(i))) for i, tr in done]
             for i, output in finished:
@@ -149,7 +153,8 @@ class TorchEngine:
             if on_done is not None:
                 on_done(finished)
 
-        translator.translate_nbest(lines, target_lang=targets, on_batch=batch_done, source_lang=source)
+        translator.translate_nbest(lines, target_lang=targets, on_batch=batch_done, source_lang=source,
+                                   encoder_rows=rows)
         return [output for output in outputs if output is not None]
 
     def fill(self, max_batch_tokens: int, target: str | None = None) -> int:

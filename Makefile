@@ -26,7 +26,7 @@ HOST ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(TORCH)))
 
 .PHONY: install test train translate eval export import summary bench bench-scale bench-peers bench-decode-peers bench-bf16 bench-curves ablate plots average lint clean help
-.PHONY: serve bench-serve bench-serve-models bench-finetune bench-align eval-documents
+.PHONY: serve bench-serve bench-serve-models bench-finetune bench-align eval-documents gpu-check gpu-wheels
 
 help:
 	@echo "make train [EXP=demo|multi30k_en_de|wmt14_en_de_base|wmt14_en_de_big] [ARGS='hydra overrides'] [NPROC=N]"
@@ -89,6 +89,25 @@ eval-documents: $(STAMP)
 
 bench-serve: $(STAMP)
 	$(BIN)/python scripts/bench_serve.py $(if $(CKPT),--ckpt $(CKPT)) $(ARGS)
+
+# the accelerator check (docs/gpu.md): on a machine with CUDA and a Python that has torch, no install step;
+# the packages that Python lacks come from .whl/ (made here by make gpu-wheels), installed outside the tree
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_WHEELS := hydra-core==1.3.8 omegaconf==2.3.1 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \
+	num2words==0.5.14 ctranslate2==4.8.5
+# sources only on the index: built into wheels here
+GPU_PURE := antlr4-python3-runtime==4.9.3 docopt==0.6.2
+gpu-check:
+	@if [ -d .whl ] && ! $(GPU_PYTHON) -c "import hydra" 2>/dev/null; then $(GPU_PYTHON) -m pip install -q \
+		--no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/mt-gpu-site .whl/*.whl; fi
+	PYTHONPATH=$(CURDIR):/tmp/mt-gpu-site $(GPU_PYTHON) scripts/gpu_check.py $(ARGS)
+
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		--platform any -d .whl $(GPU_WHEELS)
+	$(BIN)/python -m pip wheel -q --no-deps -w .whl $(GPU_PURE)
+	@du -sh .whl
 
 # word alignment's cost beside decoding (docs/documents.md)
 bench-align: $(STAMP)

@@ -106,34 +106,37 @@ def step_decoding(work: Path, seconds: float) -> dict:
             "figures": found, "seconds": round(spent, 1), "output": tail if code else ""}
 
 
-def decode_figures(ckpt: Path) -> dict:
-    """Sentences/s on the GPU (greedy, beam 4), lines equal to the CPU's, and CTranslate2's CUDA build."""
+def decode_figures(ckpt: Path, device: str = "cuda", limit: int | None = None) -> dict:
+    """Sentences/s on ``device`` (greedy, beam 4), lines equal to the CPU's, and CTranslate2's CUDA build."""
     import dataclasses
 
     from mt.checkpoint import load_for_inference
     from mt.data.demo import demo_line, demo_numbers
     from mt.decode import Translator
 
-    model, tokenizers, cfg = load_for_inference(ckpt, "cuda")
-    lines = [demo_line(n)[0] for n in demo_numbers(cfg.data.demo)["test"]]
+    model, tokenizers, cfg = load_for_inference(ckpt, device)
+    lines = [demo_line(n)[0] for n in demo_numbers(cfg.data.demo)["test"]][:limit]
     figures: dict = {"lines": len(lines)}
     for strategy, beam in (("greedy", 1), ("beam", 4)):
         settings = dataclasses.replace(cfg.decode, strategy=strategy, beam_size=beam)
         outputs = {}
-        for device in ("cuda", "cpu"):
-            loaded = load_for_inference(ckpt, device)[0] if device == "cpu" else model
-            translator = Translator(loaded, tokenizers, settings, device, max_positions=cfg.model.max_positions)
+        for where in (device, "cpu"):
+            loaded = model if where == device else load_for_inference(ckpt, "cpu")[0]
+            translator = Translator(loaded, tokenizers, settings, where, max_positions=cfg.model.max_positions)
             translator.translate(lines[:16])  # warm-up
-            if device == "cuda":
-                torch.cuda.synchronize()
+            synchronize(where)
             start = time.perf_counter()
-            outputs[device] = translator.translate(lines)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            figures[f"{strategy} {device} sentences/s"] = round(len(lines) / (time.perf_counter() - start), 1)
-        figures[f"{strategy} lines equal"] = sum(a == b for a, b in zip(outputs["cuda"], outputs["cpu"], strict=True))
+            outputs[where] = translator.translate(lines)
+            synchronize(where)
+            figures[f"{strategy} {where} sentences/s"] = round(len(lines) / (time.perf_counter() - start), 1)
+        figures[f"{strategy} lines equal"] = sum(a == b for a, b in zip(outputs[device], outputs["cpu"], strict=True))
     figures.update(ctranslate2_figures(ckpt, lines))
     return figures
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def ctranslate2_figures(ckpt: Path, lines: list[str]) -> dict:

@@ -41,3 +41,16 @@ def test_a_step_past_its_time_is_stopped_and_says_so(gpu_check):
     code, output, seconds = gpu_check.run_step(["python3", "-c", "import time; print('started', flush=True); "
                                                 "time.sleep(30)"], 2)
     assert code == 124 and "(stopped after 2 s)" in output and seconds < 20
+
+
+def test_the_decoding_step_runs_its_figures_on_any_device(gpu_check, tmp_path):
+    """Step 3's code on the CPU (the GPU's path but the device), on a random model: each strategy's speed and
+    agreement, and CTranslate2 saying it sees no GPU."""
+    from export_helpers import untrained_checkpoint
+
+    ckpt = untrained_checkpoint(tmp_path / "model.pt", "decode.max_len_a=0", "decode.max_len_b=8")
+    figures = gpu_check.decode_figures(ckpt, "cpu", limit=24)
+    assert figures["lines"] == 24 and figures["greedy lines equal"] == figures["beam lines equal"] == 24
+    assert figures["greedy cpu sentences/s"] > 0 and figures["beam cpu sentences/s"] > 0
+    if not torch.cuda.is_available():
+        assert figures["ctranslate2"].endswith("sees no GPU")

@@ -170,7 +170,8 @@ def output_loss(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int,
     chunk_bytes: int = 8 * 2**20, bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``label_smoothed_nll_loss(hidden @ weight^T, ...)`` without the (B*T, V) logits, for training.
+    """``label_smoothed_nll_loss(hidden @ weight^T, ...)`` without the (B*T, V) logits, for training; padding
+    positions are left out before the projection (their gradient is zero).
 
     Args:
         hidden: (B, T, D) the decoder's last hidden states (``model(..., project_output=False)``).
@@ -183,6 +184,9 @@ def output_loss(
         the matmuls run in its dtype, as ``F.linear`` would.
     """
     flat, target, keep, chunk, dtype = chunked_loss_inputs(hidden, weight, target, ignore_index, chunk_bytes)
+    rows = keep.nonzero().squeeze(1)  # (K,) the positions that are not padding: only they are projected
+    if rows.numel() < keep.numel():
+        flat, target, keep = flat.index_select(0, rows), target.index_select(0, rows), keep.index_select(0, rows)
     return _ChunkedOutputLoss.apply(flat, weight, target, keep, float(epsilon), chunk, dtype, bias)
 
 

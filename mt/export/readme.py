@@ -69,10 +69,13 @@ def _notes(lines: list[str]) -> str:
 def ct2_readme(source: ExportSource, defaults: SearchDefaults, quantization: str | None) -> str:
     """Usage with the checkpoint's decoding defaults, for a CTranslate2 directory."""
     src_model, tgt_model = ("spm.model", "spm.model") if source.tokenizers.joint else ("src.model", "tgt.model")
+    codes = _language_codes(source)
+    decoding = defaults.max_output_pieces + (1 if codes else 0)  # the target's code comes first, counted
     lines = [
         "Sources are raw SentencePiece pieces: the model config adds `</s>` (`add_source_eos`) and starts "
         "decoding from `<s>`, as mt does.",
-        f"`max_decoding_length={defaults.max_output_pieces}` is mt's limit in pieces; at that limit mt forces "
+        f"`max_decoding_length={decoding}` is mt's limit in pieces{' (and the code)' if codes else ''}; at that "
+        "limit mt forces "
         "`</s>` (same pieces; a beam hypothesis cut there is scored without the `</s>` log-prob).",
         "`length_penalty` is `|Y|^alpha` with |Y| counting `</s>`, mt's `length` penalty. With "
         "`length_penalty=0` beam search stops when the best candidate is `</s>`, as mt does; with a penalty "
@@ -86,7 +89,6 @@ def ct2_readme(source: ExportSource, defaults: SearchDefaults, quantization: str
         "mt answers an empty line with an empty line without decoding it; skip empty lines likewise.",
         *defaults.notes,
     ]
-    codes = _language_codes(source)
     if codes:
         lines.insert(1, _codes_note(codes))
     tag = codes[0] if codes else _example_tag(source)
@@ -109,7 +111,7 @@ results = translator.translate_batch(
     [{tokens}source_sp.encode(line, out_type=str) for line in lines],
     beam_size={defaults.beam_size},
     length_penalty={defaults.length_penalty},
-    max_decoding_length={defaults.max_output_pieces},
+    max_decoding_length={decoding},
     max_input_length={source.cfg.model.max_positions},  # pieces + </s>{prefix}
 )
 print([target_sp.decode(result.hypotheses[0]{"[1:]" if codes else ""}) for result in results])

@@ -1,11 +1,11 @@
 """What the export tests share: one small trained demo model per session, untrained variants, mt's reference.
 
-``demo_model`` trains the number-words demo once per test session (memoised here, so the CTranslate2
-and Hugging Face modules share it): d_model 64, 2+2 layers, 800 updates, ~30 s on one thread, greedy
-test BLEU ~77; it emits EOS and translates most lines exactly. Its vocabulary (124 pieces) is padded to
-128 rows, so the embedding's padding ids are part of what the exports must ban. ``demo_model(base,
-*overrides)`` trains a variant once as well (the CTranslate2 tests train one with every modern option
-it exports: ~25 s).
+``demo_model`` trains the number-words demo once per test session (memoised here, and shared by the test
+processes of one session through a folder and a file lock, so every module of either process reads one model):
+d_model 64, 2+2 layers, 800 updates, ~30 s on one thread, greedy test BLEU ~77; it emits EOS and translates
+most lines exactly. Its vocabulary (124 pieces) is padded to 128 rows, so the embedding's padding ids are part
+of what the exports must ban. ``demo_model(base, *overrides)`` trains a variant once as well (the CTranslate2
+tests train one with every modern option it exports: ~25 s).
 """
 
 from __future__ import annotations
@@ -59,18 +59,34 @@ _TRAINED: dict[tuple[Path, tuple[str, ...]], DemoModel] = {}
 
 
 def demo_model(base: Path, *overrides: str) -> DemoModel:
-    """Train the demo model (with ``overrides`` of its config) under ``base`` once per session (see the
-    module docstring)."""
+    """Train the demo model (with ``overrides`` of its config) once per session (see the module docstring):
+    under ``base``'s name in a folder every test process of the session shares (``shared_base``), the first
+    process that needs it training it while a second one waits, reads don't write."""
     key = (base, overrides)
     if key not in _TRAINED:
+        from filelock import FileLock
+
         from mt.train.loop import train
 
-        cfg = tiny_config(base, *DEMO, *overrides)
-        train(cfg)
-        pairs = [demo_line(numbers) for numbers in demo_numbers(cfg.data.demo)["test"]]
+        shared = shared_base(base)
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        cfg = tiny_config(shared, *DEMO, *overrides)
         ckpt = Path(cfg.train.run_dir) / "checkpoints" / "last.pt"
+        with FileLock(f"{shared}.lock"):
+            if not (shared / "trained").exists():
+                train(cfg)
+                (shared / "trained").write_text(" ".join(overrides), encoding="utf-8")
+        pairs = [demo_line(numbers) for numbers in demo_numbers(cfg.data.demo)["test"]]
         _TRAINED[key] = DemoModel(ckpt, [p[0] for p in pairs], [p[1] for p in pairs])
     return _TRAINED[key]
+
+
+def shared_base(base: Path) -> Path:
+    """``base`` (a folder in one test process's base temp) moved to ``shared/`` beside the processes' own
+    folders: pytest-xdist gives each process ``<session temp>/popen-gwN``, one process alone ``<session temp>``."""
+    own = base.parent
+    session = own.parent if own.name.startswith("popen-gw") else own
+    return session / "shared" / base.name
 
 
 def untrained_checkpoint(path: Path, *overrides: str) -> Path:

@@ -161,7 +161,8 @@ class Translator:
         ``cfg.refill``: lines as they end), empty lines first; every line is in exactly one call.
         ``scores=False``: greedy search skips the log-softmax, and its hypotheses' scores are NaN
         (``mt.decode.greedy``); beam search and sampling score anyway. Languages as in ``translate``.
-        ``encoder_rows`` (``encoder_rows``) keeps the encoder outputs of the lines ``align`` will align.
+        ``encoder_rows`` (made by the method of that name) keeps the encoder outputs of the lines ``align`` will
+        align.
         """
         targets = line_targets(target_lang, len(lines))
         sources = self.encode_lines(lines, targets, source_lang)

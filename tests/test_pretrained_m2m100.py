@@ -258,6 +258,44 @@ def test_mt_translate_takes_the_languages(imported, sources, tmp_path, capsys):
     assert "source language 'xx' is not one of this model's" in capsys.readouterr().err
 
 
+def test_mt_eval_scores_any_two_of_the_models_languages(imported, multi30k_dir, tmp_path, capsys):
+    """``--pair de-fr`` (no pair the import lists, two of the model's languages): German read with its own code,
+    French forced; the report's translations are mt-translate's. A language the model lacks is refused."""
+    from mt.cli.evaluate import main as eval_main
+
+    directory, ckpt, lang, _ = imported
+    german, french = captions(multi30k_dir, "de", 2006)[2000:], captions(multi30k_dir, "fr", 2006)[2000:]
+    (tmp_path / "de.txt").write_text("\n".join(german) + "\n", encoding="utf-8")
+    (tmp_path / "fr.txt").write_text("\n".join(french) + "\n", encoding="utf-8")
+    pair = f"{lang['de']}-{lang['fr']}"
+    argv = ["--ckpt", str(ckpt), "--src", str(tmp_path / "de.txt"), "--ref", str(tmp_path / "fr.txt"), "--strategy",
+            "greedy", "--out-dir", str(tmp_path / "reports"), "--name", "de-fr"]
+    assert eval_main([*argv, "--pair", pair]) == 0
+    report = json.loads((tmp_path / "reports" / f"de-fr.{pair}.json").read_text())  # a model of several pairs
+    model, tokenizers, cfg = load_for_inference(ckpt)
+    translator = Translator(model, tokenizers, DecodeConfig(strategy="greedy", **{
+        k: getattr(cfg.decode, k) for k in ("max_len_a", "max_len_b", "min_len")}),
+        max_positions=cfg.model.max_positions, source_lang=lang["de"])
+    expected = translator.translate(german, target_lang=lang["fr"])
+    assert [(e["source"], e["hypothesis"]) for e in report["examples"]] == [
+        (german[e["line"] - 1], expected[e["line"] - 1]) for e in report["examples"]]
+    capsys.readouterr()
+    assert eval_main([*argv, "--pair", f"{lang['de']}-xx"]) != 0
+    assert f"--pair {lang['de']}-xx: this model's pairs are" in capsys.readouterr().err
+
+
+def test_for_source_reads_another_language_first(imported, sources):
+    """What mt-eval gives each pair of a ``--split``: the same translator with that pair's source code first."""
+    _, ckpt, lang, _ = imported
+    model, tokenizers, cfg = load_for_inference(ckpt)
+    english = Translator(model, tokenizers, DecodeConfig(), source_lang=lang["en"])
+    german = english.for_source(lang["de"])
+    codes = tokenizers.src.language_codes
+    assert german.encode_lines(sources[:2], target_lang=lang["fr"])[0][0] == codes[lang["de"]]
+    assert english.encode_lines(sources[:2], target_lang=lang["fr"])[0][0] == codes[lang["en"]]
+    assert (german.model, german.cfg, german.max_positions) == (english.model, english.cfg, english.max_positions)
+
+
 def test_refusals_name_the_field(tmp_path, multi30k_dir):
     directory = m2m100_directory(tmp_path / "hf", multi30k_dir, nllb=True, layers=1)
     config = json.loads((directory / "config.json").read_text())

@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from mt.cli.errors import run_command
@@ -91,9 +91,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def pairs_to_score(args: argparse.Namespace, cfg: Config) -> list:
+def pairs_to_score(args: argparse.Namespace, cfg: Config, coded: Collection[str] = ()) -> list:
     """The checkpoint's language pairs to score: ``--pair`` or, for ``--split``, every pair (one for a one-pair model).
 
+    ``coded``: the languages of a model with language codes (M2M-100, NLLB), any two of which make a pair.
     ``LanguageError`` for a ``--pair`` the model was not trained on, or ``--src`` with a multilingual model
     and no ``--pair`` (its references are in one target language).
     """
@@ -102,7 +103,7 @@ def pairs_to_score(args: argparse.Namespace, cfg: Config) -> list:
     pairs = data_pairs(cfg.data)
     if args.pair is not None:
         chosen = parse_pair(args.pair)
-        if chosen not in pairs:
+        if chosen not in pairs and not {chosen.src, chosen.tgt} <= set(coded):
             have = ", ".join(p.name for p in pairs)
             raise LanguageError(f"--pair {args.pair}: this model's pairs are {have}")
         return [chosen]
@@ -124,7 +125,8 @@ def evaluate_checkpoint(args: argparse.Namespace) -> None:
             check_input_file(path, flag)
     check_output_dir(args.out_dir, "--out-dir")
     translator, cfg, paths = load_translator(args)
-    pairs = pairs_to_score(args, cfg)
+    coded = getattr(translator.tokenizers.src, "language_codes", {})
+    pairs = pairs_to_score(args, cfg, coded)
     several = len(data_pairs(cfg.data)) > 1
     base = args.name or default_name(cfg, args, translator.cfg.strategy, translator.cfg.beam_size)
     stored = [{"path": str(path), "step": checkpoint_step(path)} for path in paths]  # each file read once
@@ -137,10 +139,11 @@ def evaluate_checkpoint(args: argparse.Namespace) -> None:
         sources, refs, data = load_texts(args, pair_cfg)
         target_lang = pair.tgt if is_multilingual(cfg.data) else None
         where = str(args.src) if args.src is not None else f"split {args.split}"
-        check_lengths(translator, sources, where, target=target_lang)
+        pair_translator = translator.for_source(pair.src) if coded else translator  # the pair's source code first
+        check_lengths(pair_translator, sources, where, target=target_lang)
         name = f"{base}.{pair.name}" if several else base
         reports[pair.name] = report = evaluate_pair(
-            args, translator, sources, refs, name=name, checkpoint=checkpoint,
+            args, pair_translator, sources, refs, name=name, checkpoint=checkpoint,
             data={**data, **({"pair": pair.name} if several else {})}, target_lang=target_lang,
         )
         prefix = f"{pair.name}  " if several else ""

@@ -168,6 +168,11 @@ class Translator:
         sources = self.encode_lines(lines, targets, source_lang)
         return self.decode_sources(sources, progress, on_batch, scores, self.forced_first(targets), encoder_rows)
 
+    def for_source(self, source_lang: str) -> Translator:
+        """This translator reading ``source_lang`` by default (a model with language codes puts its code first)."""
+        return Translator(self.model, self.tokenizers, self.cfg, self.device, max_positions=self.max_positions,
+                          max_src_len=self.max_src_len, processes=self.processes, source_lang=source_lang)
+
     def with_config(self, cfg: DecodeConfig) -> Translator:
         """This translator (the same model, tokenizers, limits and languages) with other search settings."""
         return Translator(self.model, self.tokenizers, cfg, self.device, max_positions=self.max_positions,

@@ -18,6 +18,7 @@ import torch
 
 from mt.checkpoint import load_for_inference
 from mt.decode import Translator
+from mt.decode.align import EncoderRows
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "test_2016_flickr.en.gz"
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = read(args.source_file, args.lines)
     shares: dict[str, list[float]] = {"kept": [], "encoded": []}
     for pair in range(args.pairs):
-        rows = translator.encoder_rows(lines)
+        rows = EncoderRows()
         start = time.perf_counter()
         translations = translator.translate_nbest(lines, scores=False, encoder_rows=rows)
         decoding = time.perf_counter() - start

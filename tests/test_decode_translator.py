@@ -22,6 +22,7 @@ class WordTokenizer:
     """Each word is one id (4 + a stable hash); ids decode to ``w<id>``. Enough to drive a Translator."""
 
     vocab_size = VOCAB - 4  # the last ids play the embedding's padding: never generated
+    language_codes: dict[str, int] = {}  # mt's own vocabularies have none (``Tokenizer.language_codes``)
 
     def encode(self, text: str) -> list[int]:
         return [4 + sum(map(ord, word)) % (VOCAB - 8) for word in text.split()]

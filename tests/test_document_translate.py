@@ -146,10 +146,14 @@ def test_aligning_with_the_encoder_rows_decoding_kept_encodes_nothing_and_links_
     model, tokenizers, cfg = load_for_inference(demo.ckpt, "cpu", pack=True, native=True)
     settings = dataclasses.replace(cfg.decode, refill=refill, max_sentences=4)
     translator = Translator(model, tokenizers, settings, "cpu", max_positions=cfg.model.max_positions)
+    from mt.decode.align import EncoderRows
+
     lines = demo.sources[:24]
     wanted = lines[::2]
-    rows = translator.encoder_rows(wanted)
+    rows = EncoderRows()
     translations = translator.translate_nbest(lines, scores=False, encoder_rows=rows)
+    others = demo.sources[24:26]
+    elsewhere = translator.translate_nbest(others, scores=False)  # decoded without the rows
     assert model.on_encoded is None  # recording ends with the search
     kept = [translations[i] for i in range(0, len(lines), 2)]
     encoded = []
@@ -157,5 +161,5 @@ def test_aligning_with_the_encoder_rows_decoding_kept_encodes_nothing_and_links_
     fast = translator.align(wanted, kept, encoder_rows=rows)
     assert encoded == []
     assert fast == translator.align(wanted, kept) and encoded  # the plain path encodes
-    assert translator.align(lines[1:3], translations[1:3], encoder_rows=rows) == translator.align(
-        lines[1:3], translations[1:3])  # lines not kept: encoded here
+    assert translator.align(others, elsewhere, encoder_rows=rows) == translator.align(
+        others, elsewhere)  # lines not kept: encoded here

@@ -125,7 +125,7 @@ def evaluate_checkpoint(args: argparse.Namespace) -> None:
             check_input_file(path, flag)
     check_output_dir(args.out_dir, "--out-dir")
     translator, cfg, paths = load_translator(args)
-    coded = getattr(translator.tokenizers.src, "language_codes", {})
+    coded = translator.tokenizers.src.language_codes
     pairs = pairs_to_score(args, cfg, coded)
     several = len(data_pairs(cfg.data)) > 1
     base = args.name or default_name(cfg, args, translator.cfg.strategy, translator.cfg.beam_size)

@@ -111,7 +111,7 @@ def checkpoint_spec(args: argparse.Namespace, name: str | None) -> ModelSpec:
 
     paths = checkpoint_paths(args)
     tokenizers, cfg = load_tokenizers_and_config(paths[0])
-    if getattr(tokenizers.src, "language_codes", None):
+    if tokenizers.src.language_codes:
         languages = coded_model_languages(cfg, args, name or paths[0].stem)
         # the Translator's default source is the model's own code of the default source
         args = argparse.Namespace(**{**vars(args), "source_lang": languages.own_code(languages.source)})

@@ -65,6 +65,12 @@ class Tokenizer:
         """``vocab_size`` rounded up to a multiple of 8: the model's embedding size."""
         return round_up(self.vocab_size, 8)
 
+    @property
+    def language_codes(self) -> dict[str, int]:
+        """Language -> the id of its code token: none in mt's own vocabularies (an imported M2M-100 / NLLB
+        vocabulary has them: ``VocabTokenizer``)."""
+        return {}
+
     def encode(self, text: str) -> list[int]:
         """Piece ids of ``text``, without BOS/EOS."""
         return self._sp.encode(text)

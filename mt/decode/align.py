@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,15 +52,14 @@ class AlignInput:
 
 
 class EncoderRows:
-    """The encoder outputs decoding computed for the sentences to align, one row each by its source ids, so
-    that aligning them runs the decoder layers only (the encoder is about half of the teacher-forced pass).
+    """The encoder outputs decoding computed, one row a sentence by its source ids, so that aligning the
+    sentences runs the decoder layers only (the encoder is about half of the teacher-forced pass).
 
     ``recording(model)`` hears of every ``encode`` while a search runs (``Seq2SeqTransformer.on_encoded``)
-    and keeps the rows of the ``sources`` given (pieces as decoded, EOS left out); ``align_batch`` reads them
-    and encodes a batch itself where a row is missing."""
+    and keeps each row (pieces as decoded, EOS left out); ``align_batch`` reads them and encodes a batch itself
+    where a row is missing. One lives as long as one call that aligns (``TorchEngine.translate``)."""
 
-    def __init__(self, sources: Iterable[Sequence[int]]) -> None:
-        self._wanted = {tuple(ids) for ids in sources if ids}
+    def __init__(self) -> None:
         self._rows: dict[tuple[int, ...], Tensor] = {}
 
     @contextlib.contextmanager
@@ -73,12 +72,10 @@ class EncoderRows:
             aligner.on_encoded = None
 
     def record(self, src: Tensor, enc: EncoderOut) -> None:
-        """Keep the rows of ``src`` (B, S: pieces, EOS, padding) that are wanted: ``enc.out`` (S_i, D) each."""
+        """Keep each row of ``src`` (B, S: pieces, EOS, padding): ``enc.out`` (S_i, D)."""
         lengths = (~enc.pad_mask).sum(dim=1).tolist()
         for row, (ids, length) in enumerate(zip(src.tolist(), lengths, strict=True)):
-            key = tuple(ids[: length - 1])
-            if key in self._wanted and key not in self._rows:
-                self._rows[key] = enc.out[row, :length].clone()
+            self._rows.setdefault(tuple(ids[: length - 1]), enc.out[row, :length].clone())
 
     def batch(self, pairs: Sequence[AlignInput]) -> EncoderOut | None:
         """The kept rows of ``pairs`` padded into one encoder output (B, S, D), or None if one is missing."""
@@ -128,14 +125,11 @@ def attention(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch
     ``src + [EOS]``: row t predicts target piece t (row T predicts EOS). The encoder output comes from
     ``rows`` where it holds every pair's, else from encoding ``src`` here."""
     source = getattr(model, "members", [model])[0]  # an ensemble aligns with its first member
-    width = max(len(p.src_ids) for p in pairs) + 1
     length = max(len(p.tgt_ids) for p in pairs) + 1
-    src = torch.full((len(pairs), width), PAD_ID, dtype=torch.long)
     tgt = torch.full((len(pairs), length), PAD_ID, dtype=torch.long)
     for row, p in enumerate(pairs):
-        src[row, : len(p.src_ids) + 1] = torch.tensor([*p.src_ids, EOS_ID])
         tgt[row, : len(p.tgt_ids) + 1] = torch.tensor([BOS_ID, *p.tgt_ids])
-    src, tgt = src.to(device), tgt.to(device)
+    tgt = tgt.to(device)
     layers = len(source.decoder.layers)
     if layer == MIDDLE:
         layer = (layers - 1) // 2
@@ -146,13 +140,23 @@ def attention(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch
     try:
         kept = rows.batch(pairs) if rows is not None else None
         if kept is None:
-            kept = source.encode(src, src == PAD_ID)
+            kept = encode_sources(source, pairs, device)
         found = [source.decoder.cross_attention_weights(tgt, kept.out, kept.pad_mask, index).mean(dim=1).float()
                  for index in chosen]
         return (sum(found) / len(found)).cpu()
     finally:
         if was_training:
             source.train()
+
+
+def encode_sources(model: torch.nn.Module, pairs: Sequence[AlignInput], device: torch.device | str) -> EncoderOut:
+    """The encoder output of the pairs' ``src_ids + [EOS]``, right-padded (B, S+1, D)."""
+    width = max(len(p.src_ids) for p in pairs) + 1
+    src = torch.full((len(pairs), width), PAD_ID, dtype=torch.long)
+    for row, p in enumerate(pairs):
+        src[row, : len(p.src_ids) + 1] = torch.tensor([*p.src_ids, EOS_ID])
+    src = src.to(device)
+    return model.encode(src, src == PAD_ID)
 
 
 def word_links(weights: Tensor, pair: AlignInput, shift: bool) -> list[Link]:

@@ -131,7 +131,7 @@ class Translator:
             max_src_len = max_positions - 1  # the source's EOS takes a position too
         self.max_src_len = max_src_len
         self.source_lang = source_lang
-        self._codes: dict[str, int] = getattr(tokenizers.src, "language_codes", {})  # language -> its code's id
+        self._codes: dict[str, int] = tokenizers.src.language_codes  # language -> its code's id
 
     def close(self) -> None:
         """Stop the decoding processes, if any (``contextlib.closing`` calls this)."""
@@ -161,8 +161,7 @@ class Translator:
         ``cfg.refill``: lines as they end), empty lines first; every line is in exactly one call.
         ``scores=False``: greedy search skips the log-softmax, and its hypotheses' scores are NaN
         (``mt.decode.greedy``); beam search and sampling score anyway. Languages as in ``translate``.
-        ``encoder_rows`` (made by the method of that name) keeps the encoder outputs of the lines ``align`` will
-        align.
+        ``encoder_rows`` (``mt.decode.align.EncoderRows``) keeps the encoder outputs for ``align``.
         """
         targets = line_targets(target_lang, len(lines))
         sources = self.encode_lines(lines, targets, source_lang)
@@ -271,17 +270,12 @@ class Translator:
     def _translation(self, source: list[int], hyps: list[Hypothesis]) -> Translation:
         return Translation(hyps, [self.tokenizers.tgt.decode(h.tokens) for h in hyps], len(source))
 
-    def encoder_rows(self, lines: Sequence[str], target_lang: Targets = None,
-                     source_lang: str | None = None) -> EncoderRows:
-        """What keeps the encoder outputs of ``lines`` while ``translate_nbest`` decodes them, for ``align``."""
-        return EncoderRows(self.encode_lines(lines, target_lang, source_lang))
-
     def align(self, lines: Sequence[str], translations: Sequence[Translation], target_lang: Targets = None,
               layer: int = ALIGN_LAYER, shift: bool = SHIFT, source_lang: str | None = None,
               encoder_rows: EncoderRows | None = None) -> list[list[Link]]:
         """Word links (source word, target word) of each line with its best translation, from the model's
         cross-attention (``mt.decode.align``: ``layer``, ``shift``); [] for an empty line or translation.
-        ``encoder_rows``: the encoder outputs kept while decoding (``encoder_rows``), else encoded here."""
+        ``encoder_rows``: the encoder outputs kept while decoding (``translate_nbest``), else encoded here."""
         if self.model is None:
             raise UserError("word alignment needs the model in this process (run with one worker)")
         targets = line_targets(target_lang, len(lines))

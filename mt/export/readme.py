@@ -45,7 +45,7 @@ def _example_tag(source: ExportSource) -> str:
 def _language_codes(source: ExportSource) -> list[str]:
     """An M2M-100 / NLLB model's code pieces (``__en__``, ``eng_Latn``), those of its first pair first (the
     example's source and target); [] for any other model."""
-    codes = getattr(source.tokenizers.src, "language_codes", {})
+    codes = source.tokenizers.src.language_codes
     if not codes:
         return []
     pair = data_pairs(source.cfg.data)[0]

@@ -102,7 +102,7 @@ def target_tags(tokenizer) -> list[str]:
 def data_config(directory: HFDirectory, tokenizers: Tokenizers, max_len: int, source: str | None,
                 target: str | None) -> DataConfig:
     """The checkpoint's ``data`` group: its languages (module doc) and source length limit."""
-    codes = list(getattr(tokenizers.src, "language_codes", {}))
+    codes = list(tokenizers.src.language_codes)
     if not codes and len(tags := target_tags(tokenizers.src)) > 1:
         src_lang, tgt_lang, pairs = tagged_languages(directory, tags, source, target)
         return DataConfig(source="files", src_lang=src_lang, tgt_lang=tgt_lang, pairs=pairs, joint_vocab=True,

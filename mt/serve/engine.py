@@ -20,6 +20,7 @@ from typing import Protocol
 
 from mt.config import DecodeConfig, validate_group
 from mt.decode import Translation, Translator
+from mt.decode.align import EncoderRows
 from mt.decode.translator import line_targets
 from mt.model.packed_linear import padded_rows
 
@@ -137,9 +138,7 @@ class TorchEngine:
         translator = self._translator(self.settings(options))
         per_line = line_targets(targets, len(lines))
         outputs: list[Output | None] = [None] * len(lines)
-        wanted = [i for i in range(len(lines)) if align is not None and align[i]]
-        rows = translator.encoder_rows([lines[i] for i in wanted], [per_line[i] for i in wanted],
-                                       source) if wanted and translator.model is not None else None
+        rows = EncoderRows() if align is not None and any(align) and translator.model is not None else None
 
         def batch_done(done: list[tuple[int, Translation]]) -> None:
             aligned = [(i, tr) for i, tr in done if align is not None and align[i]]
